@@ -66,6 +66,9 @@ int memra_gguf_open(const char *path, memra_gguf **out, memra_err *err);
 int memra_gguf_open_memory(const void *data, size_t size, memra_gguf **out, memra_err *err);
 void memra_gguf_close(memra_gguf *g); /* NULL is a no-op */
 
+/* "UINT32", "STRING", ... as gguf-py spells them; "?" for ids out of range. */
+const char *memra_gguf_vtype_name(memra_gguf_vtype t);
+
 uint32_t memra_gguf_version(const memra_gguf *g);
 uint32_t memra_gguf_alignment(const memra_gguf *g);
 uint64_t memra_gguf_data_offset(const memra_gguf *g); /* absolute file offset of data */
@@ -116,6 +119,10 @@ int memra_gguf_writer_set_u64(memra_gguf_writer *w, const char *key, uint64_t v)
 int memra_gguf_writer_set_f32(memra_gguf_writer *w, const char *key, float v);
 int memra_gguf_writer_set_bool(memra_gguf_writer *w, const char *key, int v);
 int memra_gguf_writer_set_str(memra_gguf_writer *w, const char *key, const char *v);
+/* Any scalar type (not STRING/ARRAY): value points to its little-endian payload
+ * (1, 2, 4 or 8 bytes; BOOL is one byte 0/1). */
+int memra_gguf_writer_set_scalar(memra_gguf_writer *w, const char *key, memra_gguf_vtype type,
+                                 const void *value);
 /* Numeric array: elem_type is a scalar vtype; data holds n elements little-endian. */
 int memra_gguf_writer_set_arr(memra_gguf_writer *w, const char *key, memra_gguf_vtype elem_type,
                               const void *data, uint64_t n);

@@ -68,4 +68,18 @@ float memra_vec_dot_block(memra_qtype t, const void *wblock, const memra_block_q
  * increasing order (fp32, RN). */
 float memra_vec_dot_q8_1(memra_qtype t, const void *wrow, const memra_block_q8_1 *a, int64_t n);
 
+/* ---- additions (quant.c documents each) ---- */
+
+/* Elements one memra_vec_dot_block call consumes: the block size for block types, 32 (one
+ * q8_1 block) for F32/F16/BF16; 0 when t cannot be dotted. memra_vec_dot_q8_1 needs n to be
+ * a multiple of it. */
+int memra_quant_dot_block_elems(memra_qtype t);
+/* Weight bytes of one dot block (0 when t cannot be dotted). */
+size_t memra_quant_dot_block_bytes(memra_qtype t);
+/* Exact scale decoders of the FP4 formats: MXFP4 half scale H(e) = 2^(e-128) (spec §3.9);
+ * NVFP4 half UE4M3 scale U(x) as ggml's CPU decodes it (bit 7 ignored except that 0xFF is
+ * not the 0x7F zero code: it decodes as 240). */
+float memra_e8m0_half_to_f32(uint8_t e);
+float memra_ue4m3_half_to_f32(uint8_t x);
+
 #endif

@@ -1,0 +1,51 @@
+/*
+ * rms_norm_q8.h — args of rms_norm_q8 (catalog: runtime/ops.def RMS_NORM_Q8):
+ * y = rmsnorm(x) * w as engine q8_1 blocks (the input of the next mmvq), optionally also f32.
+ *
+ * Per row b (f32 unless stated, RN, no FMA):
+ *   ss = sum_j x[b,j]^2 (CPU reference: f64, increasing j; a GPU kernel: a fixed per-row
+ *   order); mean = (float)(ss / n); scale = 1.0f / sqrtf(mean + eps);
+ *   y[b,j] = w[j] * (x[b,j] * scale);   y_q[b] = memra_quantize_q8_1(y[b]) (bytes identical
+ *   on CPU and GPU for identical y).
+ * eps is added to the mean, inside the sqrt (spec qwen35.md §3.1, pitfall 9). Row b reads
+ * only row b.
+ */
+#ifndef MEMRA_KERNEL_RMS_NORM_Q8_H
+#define MEMRA_KERNEL_RMS_NORM_Q8_H
+
+#include <stdint.h>
+
+typedef struct memra_rms_norm_q8_args {
+    const float *x; /* [b, n] */
+    const float *w; /* [n] norm weight (f32; "+1" already baked where the model has it) */
+    void *y_q;      /* q8_1 blocks [b, n/32] */
+    float *y_f32;   /* [b, n] or NULL */
+    int32_t n;
+    int32_t b;
+    float eps;
+    int32_t pad_;
+} memra_rms_norm_q8_args;
+
+static inline const char *memra_rms_norm_q8_check(const memra_rms_norm_q8_args *a)
+{
+    if (!a->x || !a->w || !a->y_q)
+        return "null pointer";
+    if (a->n <= 0 || a->b <= 0)
+        return "non-positive dimension";
+    if (a->n % 32 != 0)
+        return "n is not a multiple of the q8_1 block (32)";
+    if (!(a->eps >= 0.0f))
+        return "eps is negative or NaN";
+    return 0;
+}
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+/* CPU reference: MEMRA_OK, or MEMRA_ERR_INVALID_ARG when the check fails. */
+int memra_rms_norm_q8_ref(const memra_rms_norm_q8_args *a);
+#ifdef __cplusplus
+}
+#endif
+
+#endif

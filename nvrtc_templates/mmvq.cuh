@@ -1,0 +1,672 @@
+/*
+ * mmvq.cuh — the batched quantized mat-vec y[b, o] = W[o, :] . a[b, :] for B = 1..16 rows
+ * of q8_1 activations, up to 4 weights sharing one input per launch (merged projections).
+ *
+ * Template parameters of mmvq_main<B, QT0, QT1, QT2, QT3> (specialization key
+ * "mmvq:qt=<qt0>[+<qt1>...]:b=<B>:sm=<arch>"):
+ *   B        rows of the tier, 1..16. Rows are padded inside the kernel to the n = 8 of the
+ *            mma (NT = ceil(B/8) column tiles); padded columns are never stored.
+ *   QT0..3   qtype id of weight 0..3 (QT_NONE = absent): f32, f16, bf16, q4_0, q4_1, q5_0,
+ *            q5_1, q8_0, iq4_nl, mxfp4, nvfp4, q4_K, q5_K, q6_K, iq4_xs.
+ * Runtime parameters: memra_mmvq_params (mmvq_params.h).
+ *
+ * Work split (fixed for every B, so row b of a B-wide call is bit-identical to a B = 1 call):
+ *   - a warp owns a tile of 16 outputs of one weight and a "part" of K: the steps (256
+ *     elements for the integer types) s = part, part + ksplit, ... in increasing order;
+ *     ksplit is 1, 2 or 4 and depends on the shape only;
+ *   - the warp streams its 16 rows' step bytes global -> shared with 16-byte cp.async, four
+ *     stages deep; every weight byte is read once for all B rows;
+ *   - integer dots are int8 tensor-core mma (m16n8k32 / m16n8k16; exact in any order), the
+ *     weights as A (16 outputs x k), the q8_1 codes as B (k x 8 rows);
+ *   - for each (output, row) the lane holding that mma accumulator evaluates the per-block
+ *     float epilogue of runtime/quant.c with the same operations in the same order
+ *     (__fmul_rn / __fadd_rn, no FMA), giving r bit-identical to memra_vec_dot_block, then
+ *     T = T + r over the warp's blocks in increasing order;
+ *   - the parts of a tile are combined as ((T_0 + T_1) + T_2) + T_3 through shared memory.
+ *     With ksplit = 1 the order is exactly memra_vec_dot_q8_1's, so y is bit-identical to
+ *     the CPU reference; otherwise only the cross-block summation order differs.
+ *   - epilogue: v = T (* scale[0]); y = v (mode 0) or y = y + v (mode 1).
+ * Must not: use float atomics, split K by anything but the shape, or let a row's arithmetic
+ * depend on another row (mma columns are independent exact integer sums).
+ * Invariants: weights 16-byte aligned; nothing outside [w, w + n_out * row_bytes) is read
+ * (the last 16-byte unit is copied with a clamped source size).
+ */
+#ifndef MEMRA_NVRTC_MMVQ_CUH
+#define MEMRA_NVRTC_MMVQ_CUH
+
+#include "common.cuh"
+#include "mmvq_params.h"
+
+#define MMVQ_ROWS MEMRA_MMVQ_ROWS
+#define MMVQ_STAGES MEMRA_MMVQ_STAGES
+#define MMVQ_WARPS MEMRA_MMVQ_WARPS
+
+/* ------------------------------- geometry per qtype ----------------------------------- */
+
+template <int QT> struct geom {
+    static constexpr int qk = 1, bytes = 1, step = 1, slot = 16, align = 1;
+};
+#define MMVQ_GEOM(id, name, de, db, sb)                                                            \
+    template <> struct geom<id> {                                                                  \
+        static constexpr int qk = de, bytes = db, step = sb, slot = MEMRA_MMVQ_SLOT(db, sb);       \
+        static constexpr int align = db % 16 == 0 ? 16 : db % 8 == 0 ? 8 : db % 4 == 0 ? 4       \
+                                     : db % 2 == 0 ? 2 : 1;                                        \
+    };
+MEMRA_MMVQ_TYPES(MMVQ_GEOM)
+#undef MMVQ_GEOM
+
+template <int QT> struct slot_of {
+    static constexpr int v = QT < 0 ? 0 : geom<QT>::slot;
+};
+__host__ __device__ constexpr int max4(int a, int b, int c, int d)
+{
+    return (a > b ? a : b) > (c > d ? c : d) ? (a > b ? a : b) : (c > d ? c : d);
+}
+
+/* ------------------------------- activations (B side) --------------------------------- */
+
+/* B fragments and scales of q8_1 block i of every row: bf[nt] = words t and 4 + t of the qs
+ * of row g + 8 nt (the k positions 4t..4t+3 and 16+4t..16+4t+3 of the block); da[nt][e] =
+ * d of row 2t + e + 8 nt. Rows >= B read nothing and give 0. */
+template <int B>
+MEMRA_DEV void load_q8(const u8 *a, i64 rs, i64 i, int g, int t, u32 (&bf)[(B + 7) / 8][2],
+                       float (&da)[(B + 7) / 8][2])
+{
+#pragma unroll
+    for (int nt = 0; nt < (B + 7) / 8; nt++) {
+        const int b = g + 8 * nt;
+        bf[nt][0] = bf[nt][1] = 0;
+        if (b < B) {
+            const u8 *p = a + b * rs + i * Q8_1_BYTES + 4 + 4 * t;
+            bf[nt][0] = ldg_u32(p);
+            bf[nt][1] = ldg_u32(p + 16);
+        }
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const int c = 2 * t + e + 8 * nt;
+            da[nt][e] = c < B ? f16_to_f32((u16)ldg_u16(a + c * rs + i * Q8_1_BYTES)) : 0.0f;
+        }
+    }
+}
+
+/* Accumulator element e of column tile nt is (row g + 8 (e >> 1), column 2t + (e & 1) +
+ * 8 nt); it is dead in every lane when even its smallest column is >= B (skipped at compile
+ * time). */
+#define MMVQ_LIVE(B, nt, e) (((e) & 1) + 8 * (nt) < (B))
+
+MEMRA_DEV void acc_add(float &T, float r) { T = __fadd_rn(T, r); }
+
+/* Σq of the 32 codes of each column, in accumulator layout (rows all equal). */
+MEMRA_DEV void q8_sums(i32 (&q)[4], u32 b0, u32 b1)
+{
+    mma_k32(q, 0x01010101u, 0x01010101u, 0x01010101u, 0x01010101u, b0, b1);
+}
+
+/* runtime/quant.c tree8 evaluated incrementally over k = 0..7 (k a compile-time constant
+ * after unrolling): st[2] ends as ((c0 + c1) + (c2 + c3)) + ((c4 + c5) + (c6 + c7)). */
+MEMRA_DEV void tree8_push(float (&st)[3], int k, float c)
+{
+    if ((k & 1) == 0) {
+        st[0] = c;
+        return;
+    }
+    const float pr = __fadd_rn(st[0], c);
+    if (k == 1 || k == 5) {
+        st[1] = pr;
+        return;
+    }
+    const float qd = __fadd_rn(st[1], pr);
+    st[2] = k == 3 ? qd : __fadd_rn(st[2], qd);
+}
+
+/* ------------------------------ 32-element types -------------------------------------- */
+/*
+ * Q8_0, Q4_0, Q5_0, IQ4_NL, MXFP4:  r = (d_w × d_a) × f(S)
+ * Q4_1, Q5_1:                       r = (d_w × d_a) × f(S) + (m_w × d_a) × f(Q)
+ * with S = Σ c_j q_j, Q = Σ q_j (quant.c §5, §6). Lane t's A words hold the codes of
+ * elements 4t..4t+3 (lo) and 16+4t..16+4t+3 (hi); |S|, |Q| < 2^22 so i2f_22 is exact.
+ */
+template <int QT>
+MEMRA_DEV void frag32(const u8 *w, int t, u32 &lo, u32 &hi, float &d, float &m)
+{
+    constexpr int AL = geom<QT>::align;
+    m = 0.0f;
+    if (QT == QT_Q8_0) {
+        d = f16_to_f32((u16)ld_u16<AL>(w));
+        lo = ld_u32<AL>(w + 2 + 4 * t);
+        hi = ld_u32<AL>(w + 18 + 4 * t);
+    } else if (QT == QT_Q4_0) {
+        d = f16_to_f32((u16)ld_u16<AL>(w));
+        const u32 x = ld_u32<AL>(w + 2 + 4 * t);
+        lo = sub8(x & 0x0F0F0F0Fu);
+        hi = sub8((x >> 4) & 0x0F0F0F0Fu);
+    } else if (QT == QT_IQ4_NL) {
+        d = f16_to_f32((u16)ld_u16<AL>(w));
+        book_lookup<book_kv4>(ld_u32<AL>(w + 2 + 4 * t), lo, hi);
+    } else if (QT == QT_MXFP4) {
+        d = e8m0_half_to_f32(w[0]);
+        book_lookup<book_kvf>(ld_u32<AL>(w + 1 + 4 * t), lo, hi);
+    } else if (QT == QT_Q5_0) {
+        d = f16_to_f32((u16)ld_u16<AL>(w));
+        const u32 qh = ld_u32<AL>(w + 2), x = ld_u32<AL>(w + 6 + 4 * t);
+        lo = sub16((x & 0x0F0F0F0Fu) | spread4_bit4(qh >> (4 * t)));
+        hi = sub16(((x >> 4) & 0x0F0F0F0Fu) | spread4_bit4(qh >> (16 + 4 * t)));
+    } else if (QT == QT_Q4_1) {
+        d = f16_to_f32((u16)ld_u16<AL>(w));
+        m = f16_to_f32((u16)ld_u16<AL>(w + 2));
+        const u32 x = ld_u32<AL>(w + 4 + 4 * t);
+        lo = x & 0x0F0F0F0Fu;
+        hi = (x >> 4) & 0x0F0F0F0Fu;
+    } else { /* QT_Q5_1 */
+        d = f16_to_f32((u16)ld_u16<AL>(w));
+        m = f16_to_f32((u16)ld_u16<AL>(w + 2));
+        const u32 qh = ld_u32<AL>(w + 4), x = ld_u32<AL>(w + 8 + 4 * t);
+        lo = (x & 0x0F0F0F0Fu) | spread4_bit4(qh >> (4 * t));
+        hi = ((x >> 4) & 0x0F0F0F0Fu) | spread4_bit4(qh >> (16 + 4 * t));
+    }
+}
+
+template <int QT, int B>
+MEMRA_DEV void block32(const u8 *w0, const u8 *w1, const u8 *a, i64 rs, i64 kq, int g, int t,
+                       float (&T)[(B + 7) / 8][4])
+{
+    constexpr int NT = (B + 7) / 8;
+    constexpr bool MIN = QT == QT_Q4_1 || QT == QT_Q5_1;
+    u32 lo0, hi0, lo1, hi1, bf[NT][2];
+    float d[2], m[2], da[NT][2];
+    frag32<QT>(w0, t, lo0, hi0, d[0], m[0]);
+    frag32<QT>(w1, t, lo1, hi1, d[1], m[1]);
+    load_q8<B>(a, rs, kq, g, t, bf, da);
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+        i32 S[4], Q[4];
+        mma_k32(S, lo0, lo1, hi0, hi1, bf[nt][0], bf[nt][1]);
+        if (MIN)
+            q8_sums(Q, bf[nt][0], bf[nt][1]);
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            if (!MMVQ_LIVE(B, nt, e))
+                continue;
+            const float dA = da[nt][e & 1];
+            float r = __fmul_rn(__fmul_rn(d[e >> 1], dA), i2f_22(S[e]));
+            if (MIN)
+                r = __fadd_rn(r, __fmul_rn(__fmul_rn(m[e >> 1], dA), i2f_22(Q[e])));
+            acc_add(T[nt][e], r);
+        }
+    }
+}
+
+/* ------------------------------------ NVFP4 ------------------------------------------- */
+/*
+ * 64 elements, 4 sub-blocks of 16 with UE4M3 half scales U(d_s); q8_1 block u covers s = 2u,
+ * 2u + 1. c_s = U(d_s) × f(S_s); r = d_a(0) × (c_0 + c_1) + d_a(1) × (c_2 + c_3) (quant.c §6).
+ * Lane t takes elements 4t..4t+3 of a sub-block: word (t & 1) of its 8 bytes, lo nibbles for
+ * t < 2, hi for t >= 2; one m16n8k16 per sub-block against word 4(s & 1) + t of the q8 block.
+ */
+template <int B>
+MEMRA_DEV void block_nvfp4(const u8 *w0, const u8 *w1, const u8 *a, i64 rs, i64 kq, int g,
+                           int t, float (&T)[(B + 7) / 8][4])
+{
+    constexpr int NT = (B + 7) / 8;
+    const u32 sc[2] = {ld_u32<4>(w0), ld_u32<4>(w1)};
+    u32 bf[NT][2];
+    float da[NT][2], c_prev[NT][4], half0[NT][4];
+#pragma unroll
+    for (int s = 0; s < 4; s++) {
+        if ((s & 1) == 0)
+            load_q8<B>(a, rs, kq + s / 2, g, t, bf, da);
+        u32 av[2];
+        float u[2];
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            u32 lo, hi;
+            book_lookup<book_kvf>(ld_u32<4>((r ? w1 : w0) + 4 + 8 * s + 4 * (t & 1)), lo, hi);
+            av[r] = t < 2 ? lo : hi;
+            u[r] = ue4m3_half_to_f32((sc[r] >> (8 * s)) & 0xFF);
+        }
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) {
+            i32 S[4];
+            mma_k16(S, av[0], av[1], bf[nt][s & 1]);
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                if (!MMVQ_LIVE(B, nt, e))
+                    continue;
+                const float c = __fmul_rn(u[e >> 1], i2f_22(S[e]));
+                if ((s & 1) == 0) {
+                    c_prev[nt][e] = c;
+                    continue;
+                }
+                const float m = __fmul_rn(da[nt][e & 1], __fadd_rn(c_prev[nt][e], c));
+                if (s == 1)
+                    half0[nt][e] = m;
+                else
+                    acc_add(T[nt][e], __fadd_rn(half0[nt][e], m));
+            }
+        }
+    }
+}
+
+/* --------------------------------- Q4_K and Q5_K -------------------------------------- */
+/*
+ * X_k = sc_k · S_k, Y_k = m_k · Q_k (int32); A_k = d_a(k) × f(X_k), B_k = d_a(k) × f(Y_k);
+ * r = (d × tree8(A)) − (dmin × tree8(B))  (quant.c §8). Sub-block k = 2p + h lives in the
+ * lo (h = 0) or hi (h = 1) nibbles of qs[32p .. 32p + 31]; lane t reads words 8p + t and
+ * 8p + 4 + t. Q5_K's 5th bit of element 32k + l is bit k of qh[l]. |X_k| < 2^22 for Q4_K
+ * (63·15·127·32), < 2^23 for Q5_K (so the general conversion), |Y_k| < 2^18.
+ */
+MEMRA_DEV void kq_scale(const u32 (&s)[3], int k, i32 &sc, i32 &m)
+{
+    if (k < 4) {
+        sc = (s[0] >> (8 * k)) & 63;
+        m = (s[1] >> (8 * k)) & 63;
+    } else {
+        const int j = 8 * (k - 4);
+        sc = ((s[2] >> j) & 15) | (((s[0] >> (j + 6)) & 3) << 4);
+        m = ((s[2] >> (j + 4)) & 15) | (((s[1] >> (j + 6)) & 3) << 4);
+    }
+}
+
+template <int QT, int B>
+MEMRA_DEV void block_kq(const u8 *w0, const u8 *w1, const u8 *a, i64 rs, i64 kq, int g, int t,
+                        float (&T)[(B + 7) / 8][4])
+{
+    constexpr int NT = (B + 7) / 8;
+    constexpr bool Q5 = QT == QT_Q5_K;
+    const u8 *w[2] = {w0, w1};
+    u32 s[2][3], qh[2][2] = {{0, 0}, {0, 0}}, x[2][2] = {{0, 0}, {0, 0}}, bf[NT][2];
+    float da[NT][2], stA[NT][4][3], stB[NT][4][3];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+#pragma unroll
+        for (int i = 0; i < 3; i++)
+            s[r][i] = ld_u32<16>(w[r] + 4 + 4 * i);
+        if (Q5) {
+            qh[r][0] = ld_u32<16>(w[r] + 16 + 4 * t);
+            qh[r][1] = ld_u32<16>(w[r] + 32 + 4 * t);
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        u32 lo[2], hi[2];
+        i32 sc[2], mn[2];
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            if ((k & 1) == 0) {
+                const u8 *qs = w[r] + (Q5 ? 48 : 16) + 32 * (k >> 1) + 4 * t;
+                x[r][0] = ld_u32<16>(qs);
+                x[r][1] = ld_u32<16>(qs + 16);
+            }
+            lo[r] = (x[r][0] >> (4 * (k & 1))) & 0x0F0F0F0Fu;
+            hi[r] = (x[r][1] >> (4 * (k & 1))) & 0x0F0F0F0Fu;
+            if (Q5) {
+                lo[r] |= ((qh[r][0] >> k) & 0x01010101u) << 4;
+                hi[r] |= ((qh[r][1] >> k) & 0x01010101u) << 4;
+            }
+            kq_scale(s[r], k, sc[r], mn[r]);
+        }
+        load_q8<B>(a, rs, kq + k, g, t, bf, da);
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) {
+            i32 S[4], Q[4];
+            mma_k32(S, lo[0], lo[1], hi[0], hi[1], bf[nt][0], bf[nt][1]);
+            q8_sums(Q, bf[nt][0], bf[nt][1]);
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                if (!MMVQ_LIVE(B, nt, e))
+                    continue;
+                const i32 X = sc[e >> 1] * S[e], Y = mn[e >> 1] * Q[e];
+                const float dA = da[nt][e & 1];
+                tree8_push(stA[nt][e], k, __fmul_rn(dA, Q5 ? i2f(X) : i2f_22(X)));
+                tree8_push(stB[nt][e], k, __fmul_rn(dA, i2f_22(Y)));
+            }
+        }
+    }
+    const float d[2] = {f16_to_f32((u16)ld_u16<16>(w0)), f16_to_f32((u16)ld_u16<16>(w1))};
+    const float dm[2] = {f16_to_f32((u16)ld_u16<16>(w0 + 2)), f16_to_f32((u16)ld_u16<16>(w1 + 2))};
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            if (MMVQ_LIVE(B, nt, e))
+                acc_add(T[nt][e], __fsub_rn(__fmul_rn(d[e >> 1], stA[nt][e][2]),
+                                            __fmul_rn(dm[e >> 1], stB[nt][e][2])));
+}
+
+/* ------------------------------------- Q6_K ------------------------------------------- */
+/*
+ * X_k = sc_2k · S_lo + sc_2k+1 · S_hi (int32, |X_k| <= 2^24), A_k = d_a(k) × f(X_k),
+ * r = d × tree8(A) (quant.c §9). Sub-block c (32 elements) is half n = c / 4, k = c % 4:
+ * low 4 bits from ql[64n + 32(k & 1) + l] (lo nibble for k < 2, hi for k >= 2), high 2 bits
+ * (qh[32n + l] >> 2k) & 3. Lane t's elements l = 4t.. (scale group 2c) and 16 + 4t.. (group
+ * 2c + 1) go through separate m16n8k16 mma because their scales differ.
+ */
+template <int B>
+MEMRA_DEV void block_q6k(const u8 *w0, const u8 *w1, const u8 *a, i64 rs, i64 kq, int g, int t,
+                         float (&T)[(B + 7) / 8][4])
+{
+    constexpr int NT = (B + 7) / 8;
+    const u8 *w[2] = {w0, w1};
+    u32 ql[2][4] = {}, qh[2][2] = {}, bf[NT][2];
+    float da[NT][2], st[NT][4][3];
+#pragma unroll
+    for (int c = 0; c < 8; c++) {
+        const int n = c >> 2, k = c & 3;
+        u32 clo[2], chi[2];
+        i32 s0[2], s1[2];
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            if (k == 0) {
+#pragma unroll
+                for (int i = 0; i < 4; i++)
+                    ql[r][i] = ld_u32<2>(w[r] + 64 * n + 16 * i + 4 * t);
+                qh[r][0] = ld_u32<2>(w[r] + 128 + 32 * n + 4 * t);
+                qh[r][1] = ld_u32<2>(w[r] + 128 + 32 * n + 16 + 4 * t);
+            }
+            const int sh = k >= 2 ? 4 : 0;
+            const u32 lo = (ql[r][2 * (k & 1)] >> sh) & 0x0F0F0F0Fu;
+            const u32 hi = (ql[r][2 * (k & 1) + 1] >> sh) & 0x0F0F0F0Fu;
+            clo[r] = sub32(lo | (((qh[r][0] >> (2 * k)) & 0x03030303u) << 4));
+            chi[r] = sub32(hi | (((qh[r][1] >> (2 * k)) & 0x03030303u) << 4));
+            const u32 sc = ld_u16<2>(w[r] + 192 + 2 * c);
+            s0[r] = (i32)(i8)(u8)sc;
+            s1[r] = (i32)(i8)(u8)(sc >> 8);
+        }
+        load_q8<B>(a, rs, kq + c, g, t, bf, da);
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) {
+            i32 Slo[4], Shi[4];
+            mma_k16(Slo, clo[0], clo[1], bf[nt][0]);
+            mma_k16(Shi, chi[0], chi[1], bf[nt][1]);
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                if (!MMVQ_LIVE(B, nt, e))
+                    continue;
+                const i32 X = s0[e >> 1] * Slo[e] + s1[e >> 1] * Shi[e];
+                tree8_push(st[nt][e], c, __fmul_rn(da[nt][e & 1], i2f(X)));
+            }
+        }
+    }
+    const float d[2] = {f16_to_f32((u16)ld_u16<2>(w0 + 208)), f16_to_f32((u16)ld_u16<2>(w1 + 208))};
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            if (MMVQ_LIVE(B, nt, e))
+                acc_add(T[nt][e], __fmul_rn(d[e >> 1], st[nt][e][2]));
+}
+
+/* ------------------------------------ IQ4_XS ------------------------------------------ */
+/*
+ * X_b = (ls_b − 32) · S_b (int32, |X_b| < 2^24), A_b = d_a(b) × f(X_b), r = d × tree8(A)
+ * (quant.c §10). Sub-block b is qs[16b .. 16b + 15] with Q4_0 nibble placement; lane t reads
+ * its word t. ls_b = ((scales_l >> 4b) & 15) | (((scales_h >> 2b) & 3) << 4).
+ */
+template <int B>
+MEMRA_DEV void block_iq4xs(const u8 *w0, const u8 *w1, const u8 *a, i64 rs, i64 kq, int g,
+                           int t, float (&T)[(B + 7) / 8][4])
+{
+    constexpr int NT = (B + 7) / 8;
+    const u8 *w[2] = {w0, w1};
+    const u32 sh[2] = {ld_u16<8>(w0 + 2), ld_u16<8>(w1 + 2)};
+    const u32 sl[2] = {ld_u32<8>(w0 + 4), ld_u32<8>(w1 + 4)};
+    u32 bf[NT][2];
+    float da[NT][2], st[NT][4][3];
+#pragma unroll
+    for (int b = 0; b < 8; b++) {
+        u32 lo[2], hi[2];
+        i32 ls[2];
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            book_lookup<book_kv4>(ld_u32<8>(w[r] + 8 + 16 * b + 4 * t), lo[r], hi[r]);
+            ls[r] = (i32)(((sl[r] >> (4 * b)) & 15) | (((sh[r] >> (2 * b)) & 3) << 4)) - 32;
+        }
+        load_q8<B>(a, rs, kq + b, g, t, bf, da);
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) {
+            i32 S[4];
+            mma_k32(S, lo[0], lo[1], hi[0], hi[1], bf[nt][0], bf[nt][1]);
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                if (MMVQ_LIVE(B, nt, e))
+                    tree8_push(st[nt][e], b, __fmul_rn(da[nt][e & 1], i2f(ls[e >> 1] * S[e])));
+        }
+    }
+    const float d[2] = {f16_to_f32((u16)ld_u16<8>(w0)), f16_to_f32((u16)ld_u16<8>(w1))};
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            if (MMVQ_LIVE(B, nt, e))
+                acc_add(T[nt][e], __fmul_rn(d[e >> 1], st[nt][e][2]));
+}
+
+/* --------------------------------- float weights -------------------------------------- */
+/*
+ * F32 / F16 / BF16, dot block of 32 elements: p = 0; p = p + w_j × f(q_j) for j = 0..31 in
+ * order; r = d_a × p (quant.c §4). A sequential chain per (output, row), so no mma: each lane
+ * runs the chains of its accumulator elements.
+ */
+template <int QT> MEMRA_DEV float wfloat(const u8 *w, int j)
+{
+    if (QT == QT_F32)
+        return ((const float *)w)[j];
+    if (QT == QT_F16)
+        return f16_to_f32(((const u16 *)w)[j]);
+    return bf16_to_f32(((const u16 *)w)[j]);
+}
+
+template <int QT, int B>
+MEMRA_DEV void block_float(const u8 *w0, const u8 *w1, const u8 *a, i64 rs, i64 kq, int g,
+                           int t, float (&T)[(B + 7) / 8][4])
+{
+    (void)g;
+#pragma unroll
+    for (int nt = 0; nt < (B + 7) / 8; nt++)
+#pragma unroll
+        for (int ec = 0; ec < 2; ec++) {
+            if (!MMVQ_LIVE(B, nt, ec))
+                continue;
+            const int col = 2 * t + ec + 8 * nt;
+            u32 q[8] = {};
+            float dA = 0.0f;
+            if (col < B) {
+                const u8 *p = a + col * rs + kq * Q8_1_BYTES;
+                dA = f16_to_f32((u16)ldg_u16(p));
+#pragma unroll
+                for (int i = 0; i < 8; i++)
+                    q[i] = ldg_u32(p + 4 + 4 * i);
+            }
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const u8 *w = r ? w1 : w0;
+                float p = 0.0f;
+#pragma unroll
+                for (int j = 0; j < 32; j++) {
+                    const float qj = i2f((i32)(i8)(u8)(q[j >> 2] >> (8 * (j & 3))));
+                    p = __fadd_rn(p, __fmul_rn(wfloat<QT>(w, j), qj));
+                }
+                acc_add(T[nt][2 * r + ec], __fmul_rn(dA, p));
+            }
+        }
+}
+
+/* ------------------------------------ dispatch ---------------------------------------- */
+
+template <int QT, int B>
+MEMRA_DEV void block_any(const u8 *w0, const u8 *w1, const u8 *a, i64 rs, i64 kq, int g, int t,
+                         float (&T)[(B + 7) / 8][4])
+{
+    if (QT == QT_Q4_K || QT == QT_Q5_K)
+        block_kq<QT, B>(w0, w1, a, rs, kq, g, t, T);
+    else if (QT == QT_Q6_K)
+        block_q6k<B>(w0, w1, a, rs, kq, g, t, T);
+    else if (QT == QT_IQ4_XS)
+        block_iq4xs<B>(w0, w1, a, rs, kq, g, t, T);
+    else if (QT == QT_NVFP4)
+        block_nvfp4<B>(w0, w1, a, rs, kq, g, t, T);
+    else if (QT == QT_F32 || QT == QT_F16 || QT == QT_BF16)
+        block_float<QT, B>(w0, w1, a, rs, kq, g, t, T);
+    else
+        block32<QT, B>(w0, w1, a, rs, kq, g, t, T);
+}
+
+/* --------------------------------- weight streaming ----------------------------------- */
+
+/* Copies bytes [off, off + len) of each of the tile's first nrows rows (row r at base +
+ * r * row_bytes) into slot r of dst, as aligned 16-byte units so that the data keeps its
+ * address mod 16: row r's bytes start at dst + r * SLOT + ((base + r * row_bytes + off) & 15).
+ * The unit that crosses end (the end of the weight) reads only the bytes before it. */
+template <int SLOT>
+MEMRA_DEV void stage_rows(u8 *dst, const u8 *base, u64 row_bytes, u64 off, u32 len, int nrows,
+                          const u8 *end, int lane)
+{
+    constexpr int U = SLOT / 16;
+#pragma unroll
+    for (int f = lane; f < MMVQ_ROWS * U; f += 32) {
+        const int r = f / U, u = f - r * U;
+        if (r >= nrows)
+            continue;
+        const u8 *src = base + r * row_bytes + off;
+        const u8 *unit = (const u8 *)(((u64)src & ~(u64)15) + 16 * (u64)u);
+        if (unit >= src + len)
+            continue;
+        const u64 avail = (u64)(end - unit);
+        cp_async16(dst + r * SLOT + 16 * u, unit, avail >= 16 ? 16u : (u32)avail);
+    }
+}
+
+/* One warp's share of one tile: stream its K steps and accumulate T. */
+template <int QT, int B, int SLOT_STRIDE>
+MEMRA_DEV void tile_run(const memra_mmvq_params &p, const memra_mmvq_out_params &o, int tile,
+                        int part, u8 *wsm, int lane, float (&T)[(B + 7) / 8][4])
+{
+    typedef geom<QT> G;
+    const int g = lane >> 2, t = lane & 3;
+    const int row0 = tile * MMVQ_ROWS;
+    const int nrows = o.n_out - row0 < MMVQ_ROWS ? o.n_out - row0 : MMVQ_ROWS;
+    const u8 *base = (const u8 *)o.w + (u64)row0 * o.row_bytes;
+    const u8 *end = (const u8 *)o.w + (u64)o.n_out * o.row_bytes;
+    const i64 nblk = p.n_in / G::qk, nsteps = (nblk + G::step - 1) / G::step;
+    const i64 mine = part < nsteps ? (nsteps - 1 - part) / p.ksplit + 1 : 0;
+    const u8 *a = (const u8 *)p.a;
+    const i64 rs = (i64)(p.n_in / 32) * Q8_1_BYTES;
+    constexpr int STAGE = MMVQ_ROWS * SLOT_STRIDE;
+
+#pragma unroll
+    for (int i = 0; i < MMVQ_STAGES - 1; i++) {
+        if (i < mine) {
+            const i64 s = part + (i64)i * p.ksplit, nb = nblk - s * G::step;
+            stage_rows<SLOT_STRIDE>(wsm + i * STAGE, base, o.row_bytes, (u64)s * G::step * G::bytes,
+                                    (u32)((nb < G::step ? nb : G::step) * G::bytes), nrows, end,
+                                    lane);
+        }
+        cp_async_commit();
+    }
+    pdl_wait(); /* the weights above do not depend on the previous kernel; a and y do */
+    for (i64 i = 0; i < mine; i++) {
+        const i64 ipre = i + MMVQ_STAGES - 1;
+        if (ipre < mine) {
+            const i64 s = part + ipre * p.ksplit, nb = nblk - s * G::step;
+            stage_rows<SLOT_STRIDE>(wsm + (ipre % MMVQ_STAGES) * STAGE, base, o.row_bytes,
+                                    (u64)s * G::step * G::bytes,
+                                    (u32)((nb < G::step ? nb : G::step) * G::bytes), nrows, end,
+                                    lane);
+        }
+        cp_async_commit();
+        cp_async_wait<MMVQ_STAGES - 1>();
+        __syncwarp();
+        const i64 s = part + i * p.ksplit, nb = nblk - s * G::step;
+        const u64 off = (u64)s * G::step * G::bytes;
+        const u8 *st = wsm + (i % MMVQ_STAGES) * STAGE;
+        const u8 *w0 = st + g * SLOT_STRIDE + (((u64)base + g * o.row_bytes + off) & 15);
+        const u8 *w1 =
+            st + (g + 8) * SLOT_STRIDE + (((u64)base + (g + 8) * o.row_bytes + off) & 15);
+#pragma unroll 1
+        for (int j = 0; j < G::step; j++)
+            if (j < nb)
+                block_any<QT, B>(w0 + j * G::bytes, w1 + j * G::bytes, a, rs,
+                                 (s * G::step + j) * (G::qk / 32), g, t, T);
+        __syncwarp();
+    }
+    cp_async_wait<0>();
+}
+
+/* v = T (× scale); y[col, row] = v or y + v. */
+template <int B>
+MEMRA_DEV void tile_store(const memra_mmvq_out_params &o, int tile, int lane,
+                          const float (&T)[(B + 7) / 8][4])
+{
+    const int g = lane >> 2, t = lane & 3;
+    const float sc = o.scale ? __ldg(o.scale) : 1.0f;
+#pragma unroll
+    for (int nt = 0; nt < (B + 7) / 8; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int col = 2 * t + (e & 1) + 8 * nt, row = tile * MMVQ_ROWS + g + 8 * (e >> 1);
+            if (!MMVQ_LIVE(B, nt, e) || col >= B || row >= o.n_out)
+                continue;
+            const float v = o.scale ? __fmul_rn(T[nt][e], sc) : T[nt][e];
+            float *y = o.y + (i64)col * o.n_out + row;
+            *y = o.mode ? __fadd_rn(*y, v) : v;
+        }
+}
+
+/* Combines the ksplit parts of each tile in part order (fixed, B-independent). */
+template <int NT>
+MEMRA_DEV void parts_combine(float (&T)[NT][4], u8 *smem, int warp, int part, int ksplit,
+                             int lane)
+{
+    float *scr = (float *)smem; /* [warp][NT * 4][32] */
+    __syncthreads();            /* every warp is done with its stage buffers */
+    if (part != 0)
+#pragma unroll
+        for (int i = 0; i < NT * 4; i++)
+            scr[(warp * NT * 4 + i) * 32 + lane] = T[i >> 2][i & 3];
+    __syncthreads();
+    if (part == 0)
+        for (int q = 1; q < ksplit; q++)
+#pragma unroll
+            for (int i = 0; i < NT * 4; i++)
+                acc_add(T[i >> 2][i & 3], scr[((warp + q) * NT * 4 + i) * 32 + lane]);
+}
+
+template <int B, int QT0, int QT1, int QT2, int QT3>
+MEMRA_DEV void mmvq_main(const memra_mmvq_params &p)
+{
+    constexpr int NT = (B + 7) / 8;
+    constexpr int SLOT = max4(slot_of<QT0>::v, slot_of<QT1>::v, slot_of<QT2>::v, slot_of<QT3>::v);
+    extern __shared__ __align__(16) u8 smem[];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int ks = p.ksplit, part = warp % ks;
+    int tile = blockIdx.x * (MMVQ_WARPS / ks) + warp / ks, wi = -1;
+    for (int i = 0; i < p.n_w && wi < 0; i++) {
+        const int n = (p.out[i].n_out + MMVQ_ROWS - 1) / MMVQ_ROWS;
+        if (tile < n)
+            wi = i;
+        else
+            tile -= n;
+    }
+    float T[NT][4];
+#pragma unroll
+    for (int i = 0; i < NT * 4; i++)
+        T[i >> 2][i & 3] = 0.0f;
+    u8 *wsm = smem + warp * MMVQ_STAGES * MMVQ_ROWS * SLOT;
+    if (wi == 0)
+        tile_run<QT0, B, SLOT>(p, p.out[0], tile, part, wsm, lane, T);
+    if (QT1 >= 0 && wi == 1)
+        tile_run<(QT1 >= 0 ? QT1 : QT0), B, SLOT>(p, p.out[1], tile, part, wsm, lane, T);
+    if (QT2 >= 0 && wi == 2)
+        tile_run<(QT2 >= 0 ? QT2 : QT0), B, SLOT>(p, p.out[2], tile, part, wsm, lane, T);
+    if (QT3 >= 0 && wi == 3)
+        tile_run<(QT3 >= 0 ? QT3 : QT0), B, SLOT>(p, p.out[3], tile, part, wsm, lane, T);
+    if (wi < 0)
+        pdl_wait();
+    pdl_launch_dependents();
+    if (ks > 1)
+        parts_combine<NT>(T, smem, warp, part, ks, lane);
+    if (part == 0 && wi >= 0)
+        tile_store<B>(p.out[wi], tile, lane, T);
+}
+
+#endif

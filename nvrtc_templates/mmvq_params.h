@@ -1,0 +1,83 @@
+/*
+ * mmvq_params.h — the kernel parameter block of the mmvq template and the per-qtype geometry
+ * the host launcher and the device code must agree on. Included by C host code
+ * (runtime/nvrtc.c) and by NVRTC device code (nvrtc_templates/mmvq.cuh), so it uses only
+ * fixed-size scalar types and no system header under NVRTC.
+ *
+ * Must not: hold anything that depends on the batch tier B (the kernel's per-row arithmetic
+ * must not depend on it), or change layout without changing both sides (the struct is passed
+ * by value as the kernel's only parameter).
+ * Invariants: every weight row starts at w + o * row_bytes; w is 16-byte aligned; the kernel
+ * reads no byte of a weight outside [w, w + n_out * row_bytes).
+ */
+#ifndef MEMRA_MMVQ_PARAMS_H
+#define MEMRA_MMVQ_PARAMS_H
+
+#ifdef __CUDACC_RTC__
+typedef int memra_i32;
+typedef unsigned long long memra_u64;
+#else
+#include <stdint.h>
+typedef int32_t memra_i32;
+typedef uint64_t memra_u64;
+#endif
+
+#define MEMRA_MMVQ_MAX_OUT 4 /* weights per merged launch (kernels/mmvq.h: MEMRA_MMVQ_MAX_W) */
+#define MEMRA_MMVQ_WARPS 4   /* warps per CUDA block (128 threads) */
+#define MEMRA_MMVQ_ROWS 16   /* outputs per warp tile: the M of the int8 mma */
+#define MEMRA_MMVQ_STAGES 4  /* cp.async pipeline depth per warp */
+#define MEMRA_MMVQ_MAX_B 16  /* largest tier */
+
+/* One weight of a merged launch: y[b, o] (= or +=) scale[0] * (W[o, :] . a[b, :]). */
+typedef struct memra_mmvq_out_params {
+    const void *w;       /* [n_out] rows of row_bytes, GGUF blocks of the template's qtype */
+    const float *scale;  /* [1] per-tensor output scale (NVFP4 .scale) or NULL */
+    float *y;            /* [b, n_out] */
+    memra_u64 row_bytes; /* bytes of one weight row (n_in elements) */
+    memra_i32 n_out;     /* outputs (weight rows) */
+    memra_i32 mode;      /* 0 = store, 1 = add into y (residual) */
+} memra_mmvq_out_params;
+
+typedef struct memra_mmvq_params {
+    const void *a;    /* q8_1 blocks [b, n_in/32] (36 bytes each, runtime/quant.h layout) */
+    memra_i32 n_in;   /* elements per input row; a multiple of every weight's dot block */
+    memra_i32 n_w;    /* weights in this launch, 1..MEMRA_MMVQ_MAX_OUT */
+    memra_i32 ksplit; /* warps that split one tile's K: 1, 2 or 4 (a function of the shape) */
+    memra_i32 pad_;
+    memra_mmvq_out_params out[MEMRA_MMVQ_MAX_OUT];
+} memra_mmvq_params;
+
+/*
+ * Per-qtype geometry, X(id, name, dot_elems, dot_bytes, step_blocks): a "dot block" is the
+ * unit of runtime/quant.c's memra_vec_dot_block (the weight block, or 32 elements for the
+ * float types); a warp stages step_blocks dot blocks of each of its 16 rows per pipeline
+ * stage (256 elements for the integer types).
+ */
+#define MEMRA_MMVQ_TYPES(X)                                                                        \
+    X(0, f32, 32, 128, 2)                                                                          \
+    X(1, f16, 32, 64, 2)                                                                           \
+    X(2, q4_0, 32, 18, 8)                                                                          \
+    X(3, q4_1, 32, 20, 8)                                                                          \
+    X(6, q5_0, 32, 22, 8)                                                                          \
+    X(7, q5_1, 32, 24, 8)                                                                          \
+    X(8, q8_0, 32, 34, 8)                                                                          \
+    X(12, q4_K, 256, 144, 1)                                                                       \
+    X(13, q5_K, 256, 176, 1)                                                                       \
+    X(14, q6_K, 256, 210, 1)                                                                       \
+    X(20, iq4_nl, 32, 18, 8)                                                                       \
+    X(23, iq4_xs, 256, 136, 1)                                                                     \
+    X(30, bf16, 32, 64, 2)                                                                         \
+    X(39, mxfp4, 32, 17, 8)                                                                        \
+    X(40, nvfp4, 64, 36, 4)
+
+/* Bytes of one row's shared-memory slot per stage: the step's bytes plus room to keep the
+ * global address mod 16 (cp.async moves aligned 16-byte units), rounded to an odd number of
+ * 16-byte units so that the 8 rows a warp's lane groups read fall in different banks. */
+#define MEMRA_MMVQ_SLOT(dot_bytes, step_blocks)                                                    \
+    (((((step_blocks) * (dot_bytes) + ((dot_bytes) % 16 ? 15 : 0) + 15) / 16) | 1) * 16)
+
+/* Dynamic shared memory of one CUDA block for a weight type's slot size; the 16 extra bytes
+ * let a byte-aligned word read at the very end of the last slot touch its neighbour word. */
+#define MEMRA_MMVQ_SMEM(slot) (MEMRA_MMVQ_WARPS * MEMRA_MMVQ_STAGES * MEMRA_MMVQ_ROWS * (slot) + 16)
+
+#endif

@@ -1,0 +1,133 @@
+/*
+ * refmodel.h — the CPU reference forward pass of Qwen3.5 (qwen35, qwen35moe): one token of one
+ * sequence at a time, plain C loops that read like spec/qwen35.md §3. It is the oracle every
+ * faster path (CPU backend, CUDA plans) is compared against, so clarity beats speed here.
+ *
+ * Arithmetic contract (what "the same numbers as the GPU" means):
+ *   - Activations are f32. Every matrix-vector product whose weight type has a q8_1 dot
+ *     product quantizes its input with memra_quantize_q8_1 and sums memra_vec_dot_q8_1 per
+ *     output row (the mmvq arithmetic of runtime/quant.h); other weight types (f32/f16/bf16
+ *     when memra_quant offers no dot for them) are dequantized per row and dotted in f32 in
+ *     increasing index order. NVFP4 `.scale` companions multiply the row result.
+ *   - Reductions inside norms (RMSNorm, L2 norm) accumulate in double, like the reference CPU
+ *     backend (spec §3.1); RoPE angles are computed in double and rounded once to f32 cos/sin.
+ *     Everything else is f32, in the fixed orders written next to each op.
+ *   - Threads (memra_ref_model_config.n_threads) only split the output rows of a mat-vec; each
+ *     row is computed by the same code in the same order, so logits are bit-identical for any
+ *     thread count.
+ *   - The KV cache is f16 (the reference's default cache type and the GPU layout): K and V are
+ *     rounded to f16 (RN-even) when appended. Recurrent state (conv window, delta-rule state)
+ *     is f32 (spec §0).
+ *
+ * Must not: keep per-sequence data in the model (many sequences share one model; all state is
+ * in memra_ref_seq), or depend on anything but the GGUF file and the token stream.
+ */
+#ifndef MEMRA_REFMODEL_H
+#define MEMRA_REFMODEL_H
+
+#include <stdint.h>
+
+#include "err.h"
+#include "gguf.h"
+#include "qwen35.h"
+
+typedef struct memra_ref_model memra_ref_model;
+typedef struct memra_ref_seq memra_ref_seq;
+
+typedef struct memra_ref_model_config {
+    int n_threads; /* threads per mat-vec (>= 1; default 1); results do not depend on it */
+} memra_ref_model_config;
+
+/* Defaults: n_threads = 1. */
+void memra_ref_model_config_default(memra_ref_model_config *cfg);
+
+/* Open a GGUF file, load and validate hparams, bind and check every tensor, convert the small
+ * element-wise tensors (norms, conv taps, ssm_a, dt bias, scales) to f32. cfg may be NULL
+ * (defaults). The weights stay memory-mapped. */
+int memra_ref_model_open(const char *path, const memra_ref_model_config *cfg,
+                         memra_ref_model **out, memra_err *err);
+/* Same over an already opened GGUF; the model takes ownership of g (closed by _close, also on
+ * failure). */
+int memra_ref_model_open_gguf(memra_gguf *g, const memra_ref_model_config *cfg,
+                              memra_ref_model **out, memra_err *err);
+void memra_ref_model_close(memra_ref_model *m); /* NULL is a no-op */
+
+const memra_qwen35_hparams *memra_ref_model_hparams(const memra_ref_model *m);
+
+/* A sequence: KV cache for n_ctx positions on every attention layer, conv + SSM state on every
+ * GDN layer (zero = a fresh sequence), and its own scratch. The model is borrowed and must
+ * outlive the sequence. Distinct sequences may run on distinct threads concurrently. */
+int memra_ref_seq_init(const memra_ref_model *m, uint32_t n_ctx, memra_ref_seq **out,
+                       memra_err *err);
+void memra_ref_seq_free(memra_ref_seq *s); /* NULL is a no-op */
+uint32_t memra_ref_seq_pos(const memra_ref_seq *s); /* tokens consumed so far */
+/* Forget everything: position 0, zero recurrent state (the KV cache is overwritten later). */
+void memra_ref_seq_reset(memra_ref_seq *s);
+
+/* Run `token` at position memra_ref_seq_pos(s), write n_vocab logits, advance the position.
+ * MEMRA_ERR_INVALID_ARG for a token outside [0, n_vocab), MEMRA_ERR_CAPACITY when the
+ * sequence already holds n_ctx tokens (state is then unchanged). */
+int memra_ref_forward(const memra_ref_model *m, memra_ref_seq *s, int32_t token,
+                      float *logits /* [n_vocab] */, memra_err *err);
+
+/* Greedy choice: index of the largest logit, lowest index on ties; NaN never wins. */
+int32_t memra_ref_argmax(const float *logits, int64_t n);
+
+/* ======================================================================================== */
+/* The ops (spec §3), exposed for tests and for other backends' CPU comparisons.            */
+/* All pointers are f32 arrays unless stated; outputs may alias inputs where noted.         */
+/* ======================================================================================== */
+
+/* y_i = w_i · x_i / sqrt(mean(x²) + eps); w NULL = 1. Σx² in double. y may alias x. */
+void memra_ref_rms_norm(float *y, const float *x, const float *w, int64_t n, float eps);
+/* y = x / max(||x||₂, eps); Σx² in double. y may alias x. */
+void memra_ref_l2_norm(float *y, const float *x, int64_t n, float eps);
+float memra_ref_sigmoid(float x);
+float memra_ref_silu(float x);
+float memra_ref_softplus(float x); /* x if x > 20 else log1p(exp(x)) */
+/* y = softmax(x): subtract max, expf, sum in increasing order, multiply by 1/sum.
+ * y may alias x. */
+void memra_ref_softmax(float *y, const float *x, int64_t n);
+
+/* RoPE (spec §3.3 step 4) in place on one head x[head_dim]: IMRoPE sector choice over
+ * `sections` with text positions (t = h = w = pos, e = 0), NEOX half-split pairs (m, m+R/2)
+ * for m < n_rot/2, θ = p_sec · freq_base^(−2m/n_rot) · freq_scale; dims >= n_rot pass. */
+void memra_ref_rope(float *x, int64_t n_rot, const int32_t sections[4], int64_t pos,
+                    float freq_base, float freq_scale);
+
+/* Decode attention for all q heads (spec §3.3 steps 6): q [n_head * head_dim] (normed,
+ * rotated); k_cache / v_cache f16 [n_kv, n_head_kv * head_dim]; head i reads kv head
+ * i / (n_head / n_head_kv). scores = q·k · 1/sqrt(head_dim), softmax over τ ∈ [0, n_kv),
+ * o = Σ α_τ v_τ. scratch [n_kv]. out [n_head * head_dim]. */
+typedef struct memra_ref_attn_args {
+    const float *q;
+    const uint16_t *k_cache, *v_cache;
+    int64_t n_kv, n_head, n_head_kv, head_dim;
+    float *scratch;
+    float *out;
+} memra_ref_attn_args;
+void memra_ref_attention(const memra_ref_attn_args *a);
+
+/* Causal depthwise conv step (spec §3.4 step 4), before silu: for channel c,
+ * window = [state(c, 0..K-2), u_raw_c], u_c = Σ_j taps[c·K + j]·window[j] (j increasing),
+ * then state(c,·) = window[1..K-1]. state [Cc, K-1] time-fastest, taps [Cc, K]. */
+void memra_ref_conv_step(float *u, float *state, const float *u_raw, const float *taps,
+                         int64_t n_channels, int64_t kernel);
+
+/* One delta-rule step of one value head (spec §3.4 step 9) on the reference state layout
+ * St [dv, dk] (St[j·dk + i] = S[i, j], i = key, j = value): decay, r = Sᵀk, δ = β(v − r),
+ * S += kδᵀ, o = Sᵀq with the updated S. q already L2-normed and scaled. */
+void memra_ref_delta_rule(float *St, float *o, const float *q, const float *k, const float *v,
+                          float beta, float decay, int64_t dk, int64_t dv);
+
+/* o ← RMSNorm(o, w) ⊙ silu(z) over n (spec §3.4 step 10; w has no +1). */
+void memra_ref_gated_norm(float *o, const float *z, const float *w, int64_t n, float eps);
+
+/* MoE routing (spec §3.5 steps 1-3): probs = softmax(router_logits) [n_expert]; ids[k] = the
+ * top-k experts by probability, highest first, ties to the lower expert index (NaN never
+ * selected before a number); weights[r] = probs[ids[r]] / max(Σ_r probs[ids[r]], 2^-14), the
+ * sum taken in rank order. Requires 1 <= k <= n_expert. */
+void memra_ref_moe_route(const float *router_logits, int64_t n_expert, int64_t k, float *probs,
+                         int32_t *ids, float *weights);
+
+#endif
