@@ -36,9 +36,10 @@ memra_area(nvrtc
   SOURCES runtime/nvrtc.c runtime/cuda_util.c ${memra_nvrtc_gen}
   DEPS memra_base CUDA::nvrtc PkgConfig::XXHASH Threads::Threads ${CMAKE_DL_LIBS}
   TESTS tests/test_nvrtc.c)
-# runtime/nvrtc.h shadows the toolkit's <nvrtc.h> on the area include path: search the
-# toolkit first for runtime/nvrtc.c's own <nvrtc.h> (it includes ours as "nvrtc.h").
-target_include_directories(memra_nvrtc BEFORE PRIVATE ${CUDAToolkit_INCLUDE_DIRS})
+# runtime/nvrtc.h shadows the toolkit's <nvrtc.h> on the area include path (-I runtime comes
+# before the toolkit's -isystem), so runtime/nvrtc.c includes the toolkit header by path.
+find_file(MEMRA_TOOLKIT_NVRTC_H nvrtc.h PATHS ${CUDAToolkit_INCLUDE_DIRS} NO_DEFAULT_PATH REQUIRED)
+target_compile_definitions(memra_nvrtc PRIVATE "MEMRA_TOOLKIT_NVRTC_H=\"${MEMRA_TOOLKIT_NVRTC_H}\"")
 
 # GPU tests: their own binary, run with CK_FORK=no (CUDA does not survive fork); every test
 # SKIPs with the reason where there is no driver or no device.

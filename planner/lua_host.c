@@ -55,8 +55,8 @@ static void budget_hook(lua_State *L, lua_Debug *ar)
     (void)ar;
     memra_lua_host *h = host_of(L);
     if (++h->ticks > h->budget / HOOK_EVERY)
-        luaL_error(L, "instruction budget of %llu exhausted (runaway loop?)",
-                   (unsigned long long)h->budget);
+        luaL_error(L, "instruction budget of %I exhausted (runaway loop?)",
+                   (lua_Integer)h->budget);
 }
 
 /* ========================== the globals a script may use ========================== */

@@ -11,10 +11,12 @@
  * Sections: 1 keys, 2 sources and options, 3 disk cache, 4 compile, 5 stats and settings,
  * 6 loaded kernels, 7 mmvq launch geometry.
  */
-#include "nvrtc.h" /* ours, found first next to this file; <nvrtc.h> is the toolkit's */
+#include "nvrtc.h" /* ours (runtime/nvrtc.h) */
 
 #include <errno.h>
-#include <nvrtc.h>
+/* The toolkit's nvrtc.h by full path (cmake/nvrtc.cmake): ours shadows it on the include
+ * path. */
+#include MEMRA_TOOLKIT_NVRTC_H
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>

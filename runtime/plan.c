@@ -429,18 +429,15 @@ static int manifest_parse(json_t *root, memra_plan_manifest *m, memra_err *err)
     return MEMRA_OK;
 }
 
-int memra_plan_manifest_load(const char *dir, memra_plan_manifest **out, memra_err *err)
+int memra_plan_manifest_parse(const char *text, size_t len, memra_plan_manifest **out,
+                              memra_err *err)
 {
-    char path[4096], *text = NULL;
-    size_t len = 0;
     json_t *root = NULL;
     memra_plan_manifest *m = NULL;
     int rc;
     *out = NULL;
-    if (!dir)
-        return MEMRA_FAIL(err, MEMRA_ERR_INVALID_ARG, "plan directory is NULL");
-    snprintf(path, sizeof path, "%s/manifest.json", dir);
-    MEMRA_TRY(read_file(path, &text, &len, err));
+    if (!text)
+        return MEMRA_FAIL(err, MEMRA_ERR_INVALID_ARG, "manifest text is NULL");
     MEMRA_TRY(load_json(text, len, &root, err));
     m = calloc(1, sizeof *m);
     if (!m) {
@@ -451,10 +448,25 @@ int memra_plan_manifest_load(const char *dir, memra_plan_manifest **out, memra_e
     *out = m;
     m = NULL;
 fail:
-    if (rc)
-        prefix_err(err, rc, path);
     memra_plan_manifest_free(m);
     json_decref(root);
+    return rc;
+}
+
+int memra_plan_manifest_load(const char *dir, memra_plan_manifest **out, memra_err *err)
+{
+    char path[4096], *text = NULL;
+    size_t len = 0;
+    int rc;
+    *out = NULL;
+    if (!dir)
+        return MEMRA_FAIL(err, MEMRA_ERR_INVALID_ARG, "plan directory is NULL");
+    snprintf(path, sizeof path, "%s/manifest.json", dir);
+    MEMRA_TRY(read_file(path, &text, &len, err));
+    MEMRA_TRY(memra_plan_manifest_parse(text, len, out, err));
+fail:
+    if (rc)
+        prefix_err(err, rc, path);
     free(text);
     return rc;
 }

@@ -27,6 +27,7 @@
  *
  * Changelog (while the planner session lasts; additive only):
  *   v1  initial.
+ *   v1.1 memra_plan_manifest_parse() (in-memory manifest, for the fuzzer).
  */
 #ifndef MEMRA_PLAN_H
 #define MEMRA_PLAN_H
@@ -151,6 +152,9 @@ uint64_t memra_plan_model_hash(const memra_gguf *g);
 
 /* Read and check dir/manifest.json. */
 int memra_plan_manifest_load(const char *dir, memra_plan_manifest **out, memra_err *err);
+/* Same over a manifest held in memory (the fuzzer drives it). */
+int memra_plan_manifest_parse(const char *text, size_t len, memra_plan_manifest **out,
+                              memra_err *err);
 void memra_plan_manifest_free(memra_plan_manifest *m); /* NULL is a no-op */
 
 /* Load dir/plan-b<tier>-s<stage>.json and validate it against dir's manifest and g (g is

@@ -128,16 +128,18 @@ float memra_e8m0_half_to_f32(uint8_t e)
     return bits_f32(e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23);
 }
 
-/* NVFP4 half scale U(x) (spec §3.10, the ggml CPU decoder): 0 for x = 0x00 and x = 0x7F;
- * E = (x >> 3) & 15 and M = x & 7 ignore bit 7; E = 0: M · 2^-10, else (8 + M) · 2^(E-11);
- * exact in fp32. Consequences of ignoring bit 7 (memra's quantizer never sets it): 0x80|c
- * decodes as c, except 0xFF, which is not the 0x7F zero code and decodes as 240 — exactly
- * what ggml's CPU path and gguf-py do (ggml's CUDA path reads bit 7 as a sign instead). */
+/* NVFP4 half scale U(x) (spec §3.10). [engine] bit 7 is treated as 0: U(x) = U(x & 0x7F),
+ * with U(0) = U(0x7F) = 0; E = x >> 3, M = x & 7; E = 0: M · 2^-10, else (8 + M) · 2^(E-11);
+ * exact in fp32. Converters and memra's quantizer never set bit 7. The only byte where this
+ * differs from ggml's CPU decoder and gguf-py is 0xFF (they compare with 0x7F before
+ * ignoring bit 7 and get 240; memra gives 0, as ggml's CUDA path does, which reads bit 7 as
+ * a sign and forces 0x7F/0xFF to 0). tests/test_quant.c records that disagreement. */
 float memra_ue4m3_half_to_f32(uint8_t x)
 {
+    x &= 0x7F;
     if (x == 0 || x == 0x7F)
         return 0.0f;
-    uint32_t e = (x >> 3) & 15u, m = x & 7u;
+    const uint32_t e = (uint32_t)x >> 3, m = x & 7u;
     if (e == 0)
         return (float)m * 0x1p-10f;
     return bits_f32(((e + 119) << 23) | (m << 20)); /* (1 + m/8) · 2^(e-8) */
@@ -234,7 +236,8 @@ static inline void unpack_nib32_sub(const uint8_t *qs, int bias, int8_t *w)
  *   q_j  = 0 if d == 0 (amax = 0, or amax/127 underflowed), else
  *          v = roundf(x_j / d) (IEEE division by the fp32 d, half away from zero),
  *          q_j = 0 if v is NaN, else clamp(v, -127, 127)
- *          (the clamp only acts when d is subnormal and so inexact, or for ±Inf inputs)
+ *          (the clamp acts only when d is subnormal and so inexact; an Inf input makes
+ *          d = Inf, so every q_j of that block is 0 and s = ±Inf or NaN)
  *   stored d = fp16_RN(d); stored s = fp16_RN(butterfly sum of x: v_i += v_(i xor o) for
  *          o = 16, 8, 4, 2, 1 in fp32, lane 0's value).
  * No FTZ anywhere. A row whose length is not a multiple of 32 is zero-padded to the next
@@ -272,13 +275,12 @@ void memra_quantize_q8_1(const float *x, memra_block_q8_1 *y, int64_t n)
 /* ==================================== 4. float types ====================================== *
  * F32 (4 B), F16 (2 B), BF16 (2 B) per element; dequantization is the exact widening.
  * Dot block = 32 elements against one q8_1 block (memra_quant_dot_block_elems = 32):
- *   for each group g = 0..3 of 8 consecutive elements:
- *     p_g = w_8g × f(q_8g); p_g = p_g + w_(8g+i) × f(q_(8g+i)) for i = 1..7 in order
- *   p = (p_0 + p_1) + (p_2 + p_3);  r = d_a × p                       (fp32, RN, no FMA)
+ *   p = 0; p = p + w_j × f(q_j) for j = 0..31 in order;  r = d_a × p    (fp32, RN, no FMA)
  * For F16/BF16 every product is exact (11 or 8 significant bits times 8), so only the sums
- * round. A group is one 16-byte load of F16/BF16 (two of F32): one thread per group and a
- * butterfly xor 1, 2 over the 4 group lanes, or one thread for the whole block, give the
- * same bits.
+ * round. p starts at +0 (so an all-(-0) block gives +0). One GPU thread runs the 32-term
+ * chain of a block (64 B of F16); nvrtc_templates/mmvq.cuh block_float does exactly this.
+ * These types are rare as mat-vec weights (small F32 tensors), so the latency-bound chain
+ * costs little.
  */
 static void deq_f32(const uint8_t *src, float *y, int64_t nb)
 {
@@ -316,13 +318,10 @@ static void quant_bf16(const float *x, uint8_t *dst, int64_t nb)
 
 static inline float dot_float_tail(const float *w, const memra_block_q8_1 *a)
 {
-    float p[4];
-    for (int g = 0; g < 4; g++)
-        p[g] = w[8 * g] * (float)a->qs[8 * g];
-    for (int i = 1; i < 8; i++) /* the 4 group chains advance side by side */
-        for (int g = 0; g < 4; g++)
-            p[g] = p[g] + w[8 * g + i] * (float)a->qs[8 * g + i];
-    return da_of(a) * ((p[0] + p[1]) + (p[2] + p[3]));
+    float p = 0.0f;
+    for (int j = 0; j < 32; j++)
+        p = p + w[j] * (float)a->qs[j];
+    return da_of(a) * p;
 }
 
 static float dot_f32(const uint8_t *wb, const memra_block_q8_1 *a)

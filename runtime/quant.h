@@ -77,8 +77,8 @@ int memra_quant_dot_block_elems(memra_qtype t);
 /* Weight bytes of one dot block (0 when t cannot be dotted). */
 size_t memra_quant_dot_block_bytes(memra_qtype t);
 /* Exact scale decoders of the FP4 formats: MXFP4 half scale H(e) = 2^(e-128) (spec §3.9);
- * NVFP4 half UE4M3 scale U(x) as ggml's CPU decodes it (bit 7 ignored except that 0xFF is
- * not the 0x7F zero code: it decodes as 240). */
+ * NVFP4 half UE4M3 scale U(x) with bit 7 treated as 0 (U(x) = U(x & 0x7F); 0xFF gives 0,
+ * where ggml's CPU decoder and gguf-py give 240). */
 float memra_e8m0_half_to_f32(uint8_t e);
 float memra_ue4m3_half_to_f32(uint8_t x);
 

@@ -292,13 +292,10 @@ float memra_forge_nvfp4_scale(const memra_forge_opts *o, const memra_forge_tenso
     return (float)(NORMAL_BOUND * (double)matrix->std * g / NVFP4_RANGE);
 }
 
-static float draw_value(const init_rule *r, const memra_forge_tensor *t, uint64_t bits, int64_t e)
+/* Every distribution but NORMAL (whose rows take the fast path in memra_forge_fill_rows). */
+static float draw_value(const init_rule *r, const memra_forge_tensor *t, uint64_t bits)
 {
     switch (r->dist) {
-    case DIST_NORMAL: {
-        float std = t->per_expert ? (float)((double)t->std * expert_gain(e)) : t->std;
-        return std * normal_of(bits);
-    }
     case DIST_ONE_PLUS_NORMAL:
         return 1.0f + t->std * normal_of(bits);
     case DIST_UNIFORM:
@@ -312,6 +309,7 @@ static float draw_value(const init_rule *r, const memra_forge_tensor *t, uint64_
         double dt = exp(la + uniform_of(bits) * (lb - la));
         return (float)(dt + log(-expm1(-dt))); /* softplus^-1(dt) = log(e^dt - 1) */
     }
+    case DIST_NORMAL:
     case DIST_NVFP4_SCALE:
         break;
     }
@@ -331,10 +329,18 @@ void memra_forge_fill_rows(const memra_forge_opts *o, const memra_forge_tensor *
     }
     const uint64_t key = name_key(o->seed, t->name);
     for (int64_t row = row0; row < row0 + n_rows; row++) {
-        const int64_t e = row / rows_per_expert;
         float *d = dst + (row - row0) * ne0;
+        const uint64_t i0 = (uint64_t)(row * ne0);
+        if (r->dist != DIST_NORMAL) {
+            for (int64_t c = 0; c < ne0; c++)
+                d[c] = draw_value(r, t, draw(key, i0 + (uint64_t)c));
+            continue;
+        }
+        /* expert e = row / ne1 of a 3-D tensor scales its std by expert_gain(e) */
+        const float std =
+            t->per_expert ? (float)((double)t->std * expert_gain(row / rows_per_expert)) : t->std;
         for (int64_t c = 0; c < ne0; c++)
-            d[c] = draw_value(r, t, draw(key, (uint64_t)(row * ne0 + c)), e);
+            d[c] = std * normal_of(draw(key, i0 + (uint64_t)c));
     }
 }
 

@@ -86,6 +86,11 @@ int memra_forge_vocab_validate(const memra_forge_vocab *v, memra_err *err);
  * fails. */
 int memra_forge_vocab_synthetic(uint32_t n_vocab, uint32_t max_merges, memra_forge_vocab **out,
                                 memra_err *err);
+/* The GGUF provider: copies the tokenizer.* keys of an existing GGUF file (a real Qwen3.5
+ * checkpoint, a vocabulary-only GGUF, or a forged file): tokens, token types (NORMAL when
+ * absent), merges, model, pre, bos/eos/padding ids, add_bos_token, chat template. Fails
+ * with MEMRA_ERR_NOT_FOUND when the file has no tokenizer.ggml.tokens / .model. */
+int memra_forge_vocab_from_gguf(const char *path, memra_forge_vocab **out, memra_err *err);
 /* Default merge budget of the synthetic vocabulary (tiny presets). */
 #define MEMRA_FORGE_SYNTH_MERGES 768
 

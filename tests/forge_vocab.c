@@ -1,10 +1,11 @@
 /*
- * forge_vocab.c — the forge's vocabulary container and its synthetic provider: a real
- * byte-level BPE vocabulary (GPT-2 byte-to-unicode alphabet, ranked merges) trained
- * deterministically on a small built-in English text.
+ * forge_vocab.c — the forge's vocabulary container and two providers: the synthetic one (a
+ * real byte-level BPE vocabulary — GPT-2 byte-to-unicode alphabet, ranked merges — trained
+ * deterministically on a small built-in English text) and the GGUF one (the tokenizer.* keys
+ * of an existing file, e.g. a real Qwen3.5 checkpoint).
  *
- * Must not: read files, depend on the host (locale, libc sort order beyond strcmp), or
- * produce a vocabulary that memra_forge_vocab_validate() rejects.
+ * Must not: depend on the host for the synthetic vocabulary (locale, libc sort order beyond
+ * strcmp), or hand out a vocabulary that memra_forge_vocab_validate() rejects.
  * Invariants: token ids 0..255 are the 256 byte tokens in GPT-2 order; every merge "a b"
  * has a, b and ab in the vocabulary; merged tokens follow in the order they were first
  * created; the specials follow the regular tokens; padding "[PAD<id>]" comes last. The
@@ -15,6 +16,7 @@
 #include <string.h>
 
 #include "forge.h"
+#include "gguf.h"
 
 /* ===================================================================================== */
 /* Container                                                                             */
@@ -578,5 +580,128 @@ fail:
     free(merges);
     bpe_train_free(&t);
     memra_forge_vocab_free(v);
+    return rc;
+}
+
+/* ===================================================================================== */
+/* GGUF provider                                                                          */
+/* ===================================================================================== */
+
+static char *dup_gguf_str(memra_gguf_str s)
+{
+    if (!s.ptr || memchr(s.ptr, '\0', s.len) || s.len > ((uint64_t)1 << 30))
+        return NULL;
+    char *d = malloc(s.len + 1);
+    if (d) {
+        memcpy(d, s.ptr, s.len);
+        d[s.len] = '\0';
+    }
+    return d;
+}
+
+/* An optional string key; *out stays NULL when absent. */
+static int opt_str(const memra_gguf *g, const char *key, char **out, memra_err *err)
+{
+    int64_t i = memra_gguf_find_kv(g, key);
+    if (i < 0)
+        return MEMRA_OK;
+    if (memra_gguf_kv_type(g, i) != MEMRA_GGUF_STRING || !(*out = dup_gguf_str(
+                                                               memra_gguf_kv_str(g, i, 0))))
+        return MEMRA_FAIL(err, MEMRA_ERR_FORMAT, "vocab: %s is not a string without NUL", key);
+    return MEMRA_OK;
+}
+
+static int opt_id(const memra_gguf *g, const char *key, int32_t *out, memra_err *err)
+{
+    uint32_t v;
+    if (memra_gguf_find_kv(g, key) < 0)
+        return MEMRA_OK;
+    int rc = memra_gguf_get_u32(g, key, &v, err);
+    if (rc == MEMRA_OK && v > INT32_MAX)
+        rc = MEMRA_FAIL(err, MEMRA_ERR_FORMAT, "vocab: %s = %u out of range", key, v);
+    if (rc == MEMRA_OK)
+        *out = (int32_t)v;
+    return rc;
+}
+
+/* Tokens and token types (types default to NORMAL). */
+static int copy_tokens(const memra_gguf *g, int64_t ti, memra_forge_vocab *v, memra_err *err)
+{
+    int rc = MEMRA_OK;
+    int64_t tt = memra_gguf_find_kv(g, "tokenizer.ggml.token_type");
+    if (tt >= 0 && (memra_gguf_kv_type(g, tt) != MEMRA_GGUF_ARRAY ||
+                    memra_gguf_kv_arr_type(g, tt) != MEMRA_GGUF_INT32 ||
+                    memra_gguf_kv_arr_len(g, tt) != v->n_tokens))
+        return MEMRA_FAIL(err, MEMRA_ERR_FORMAT,
+                          "vocab: tokenizer.ggml.token_type is not an i32 array of %u", v->n_tokens);
+    const uint8_t *types = tt >= 0 ? memra_gguf_kv_data(g, tt) : NULL;
+    for (uint32_t i = 0; i < v->n_tokens; i++) {
+        memra_gguf_str s = memra_gguf_kv_str(g, ti, i);
+        int32_t type = MEMRA_TOKEN_TYPE_NORMAL;
+        if (types)
+            memcpy(&type, types + 4 * (size_t)i, 4); /* little-endian file, LE host */
+        MEMRA_TRY(memra_forge_vocab_set_token(v, i, s.ptr ? s.ptr : "", (size_t)s.len, type, err));
+    }
+fail:
+    return rc;
+}
+
+static int copy_merges(const memra_gguf *g, int64_t mi, memra_forge_vocab *v, memra_err *err)
+{
+    for (uint32_t m = 0; m < v->n_merges; m++)
+        if (!(v->merges[m] = dup_gguf_str(memra_gguf_kv_str(g, mi, m))))
+            return MEMRA_FAIL(err, MEMRA_ERR_FORMAT, "vocab: merge %u is not a string", m);
+    return MEMRA_OK;
+}
+
+static int string_array(const memra_gguf *g, const char *key, int64_t *idx, uint64_t *n)
+{
+    *idx = memra_gguf_find_kv(g, key);
+    *n = 0;
+    if (*idx < 0)
+        return 0;
+    if (memra_gguf_kv_type(g, *idx) != MEMRA_GGUF_ARRAY ||
+        memra_gguf_kv_arr_type(g, *idx) != MEMRA_GGUF_STRING)
+        return -1;
+    *n = memra_gguf_kv_arr_len(g, *idx);
+    return *n > UINT32_MAX ? -1 : 0;
+}
+
+int memra_forge_vocab_from_gguf(const char *path, memra_forge_vocab **out, memra_err *err)
+{
+    *out = NULL;
+    memra_gguf *g = NULL;
+    memra_forge_vocab *v = NULL;
+    int64_t ti, mi;
+    uint64_t n_tok, n_merge;
+    int rc = MEMRA_OK;
+    MEMRA_TRY(memra_gguf_open(path, &g, err));
+    if (string_array(g, "tokenizer.ggml.tokens", &ti, &n_tok) || ti < 0 || n_tok == 0 ||
+        string_array(g, "tokenizer.ggml.merges", &mi, &n_merge)) {
+        rc = MEMRA_FAIL(err, MEMRA_ERR_NOT_FOUND, "vocab: %s has no usable tokenizer.ggml.tokens "
+                        "(or merges is not a string array)", path);
+        goto fail;
+    }
+    MEMRA_TRY(memra_forge_vocab_alloc((uint32_t)n_tok, (uint32_t)n_merge, &v, err));
+    MEMRA_TRY(copy_tokens(g, ti, v, err));
+    MEMRA_TRY(copy_merges(g, mi, v, err));
+    MEMRA_TRY(opt_str(g, "tokenizer.ggml.model", &v->model, err));
+    MEMRA_TRY(opt_str(g, "tokenizer.ggml.pre", &v->pre, err));
+    MEMRA_TRY(opt_str(g, "tokenizer.chat_template", &v->chat_template, err));
+    MEMRA_TRY(opt_id(g, "tokenizer.ggml.bos_token_id", &v->bos_id, err));
+    MEMRA_TRY(opt_id(g, "tokenizer.ggml.eos_token_id", &v->eos_id, err));
+    MEMRA_TRY(opt_id(g, "tokenizer.ggml.padding_token_id", &v->pad_id, err));
+    if (memra_gguf_find_kv(g, "tokenizer.ggml.add_bos_token") >= 0)
+        MEMRA_TRY(memra_gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &v->add_bos, err));
+    if (!v->model) {
+        rc = MEMRA_FAIL(err, MEMRA_ERR_NOT_FOUND, "vocab: %s has no tokenizer.ggml.model", path);
+        goto fail;
+    }
+    MEMRA_TRY(memra_forge_vocab_validate(v, err));
+    *out = v;
+    v = NULL;
+fail:
+    memra_forge_vocab_free(v);
+    memra_gguf_close(g);
     return rc;
 }

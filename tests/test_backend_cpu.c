@@ -43,7 +43,27 @@ typedef struct model_fix {
     int ok;
 } model_fix;
 
-static model_fix g_dense, g_moe;
+/* tiny: the forge preset (Q4_K_M mix: q4_K, q6_K, q8_0... weights), for the
+ * agreement with the reference model. small: a 4-layer q8_0 model of the same architecture
+ * (3 GDN layers, 1 attention layer), ~7x cheaper per token, for the gates that run
+ * thousands of row-steps. */
+static model_fix g_tiny, g_small, g_moe;
+
+static const memra_forge_shape k_small = {
+    .name = "cpu-gate", .arch = "qwen35", .n_layer = 4, .n_embd = 128, .n_head = 2,
+    .n_head_kv = 1, .head_dim = 64, .rope_dim = 16, .n_ff = 256, .ssm_n_group = 2,
+    .ssm_dt_rank = 4, .ssm_d_state = 32, .ssm_d_conv = 4, .full_attn_interval = 4,
+    .n_vocab = 0, .n_ctx_train = 4096, .provenance = "tests/test_backend_cpu.c"};
+
+/* The MoE sibling of small: 8 experts, 2 routed, a shared expert (q8_0 keeps the forge
+ * cheap: K-quant fitting of tiny-moe's experts costs seconds; the dense agreement test
+ * covers the K-quant dots). */
+static const memra_forge_shape k_small_moe = {
+    .name = "cpu-gate-moe", .arch = "qwen35moe", .n_layer = 4, .n_embd = 128, .n_head = 2,
+    .n_head_kv = 1, .head_dim = 64, .rope_dim = 16, .n_ff = 0, .ssm_n_group = 2,
+    .ssm_dt_rank = 4, .ssm_d_state = 32, .ssm_d_conv = 4, .full_attn_interval = 4,
+    .n_expert = 8, .n_expert_used = 2, .n_ff_exp = 64, .n_ff_shexp = 96, .n_vocab = 0,
+    .n_ctx_train = 4096, .provenance = "tests/test_backend_cpu.c"};
 
 static void rm_dir(const char *dir)
 {
@@ -82,7 +102,7 @@ static int plan_dir(const char *model, const char *dir, uint32_t n_stages, const
     return rc;
 }
 
-static void fix_setup(model_fix *f, const char *preset)
+static void fix_setup(model_fix *f, const char *preset, const memra_forge_shape *shape)
 {
     memset(f, 0, sizeof *f);
     tu_tmp_path(f->path, sizeof f->path, ".gguf");
@@ -90,9 +110,13 @@ static void fix_setup(model_fix *f, const char *preset)
     tu_tmp_path(f->plans2, sizeof f->plans2, "-plans2");
     memra_forge_opts o;
     memra_forge_opts_init(&o);
-    o.shape = memra_forge_preset(preset);
+    o.shape = shape ? shape : memra_forge_preset(preset);
     o.seed = 7;
     o.n_threads = 1;
+    if (shape) {
+        o.mix = MEMRA_FORGE_MIX_NONE;
+        o.type = MEMRA_QT_Q8_0;
+    }
     memra_err err;
     memra_err_clear(&err);
     if (!o.shape || memra_forge_write(&o, f->path, &err) != MEMRA_OK) {
@@ -113,9 +137,19 @@ static void fix_teardown(model_fix *f)
     rm_dir(f->plans2);
 }
 
-static void dense_setup(void) { fix_setup(&g_dense, "tiny"); }
-static void dense_teardown(void) { fix_teardown(&g_dense); }
-static void moe_setup(void) { fix_setup(&g_moe, "tiny-moe"); }
+static void dense_setup(void)
+{
+    fix_setup(&g_tiny, "tiny", NULL);
+    fix_setup(&g_small, "small", &k_small);
+}
+
+static void dense_teardown(void)
+{
+    fix_teardown(&g_tiny);
+    fix_teardown(&g_small);
+}
+
+static void moe_setup(void) { fix_setup(&g_moe, "small-moe", &k_small_moe); }
 static void moe_teardown(void) { fix_teardown(&g_moe); }
 
 /* An open backend on a fixture's plan set. */
@@ -193,10 +227,10 @@ static void agree_with_refmodel(const model_fix *f, int steps)
     run_close(&c);
 }
 
-START_TEST(test_dense_matches_refmodel) { agree_with_refmodel(&g_dense, 72); }
+START_TEST(test_dense_matches_refmodel) { agree_with_refmodel(&g_tiny, 72); }
 END_TEST
 
-START_TEST(test_moe_matches_refmodel) { agree_with_refmodel(&g_moe, 24); }
+START_TEST(test_moe_matches_refmodel) { agree_with_refmodel(&g_moe, 40); }
 END_TEST
 
 /* ================================== isolation gate ================================== */
@@ -220,7 +254,7 @@ static void gate_make(gate_seq *s, int n, uint32_t n_vocab)
     tu_rng r;
     tu_rng_seed(&r, 4242);
     for (int i = 0; i < n; i++) {
-        s[i].len = 6 + (int)(tu_rng_u64(&r) % (MAX_LEN - 5)); /* 6..20 tokens */
+        s[i].len = 4 + (int)(tu_rng_u64(&r) % (MAX_LEN - 3)); /* 4..20 tokens */
         for (int k = 0; k < s[i].len; k++)
             s[i].tokens[k] = (int32_t)(tu_rng_u64(&r) % n_vocab);
         /* a mix of greedy and seeded sampling with every cut-off */
@@ -296,16 +330,14 @@ static void gate_run(run_ctx *c, gate_seq *s, int n, uint32_t width, uint32_t ti
 START_TEST(test_isolation_gate)
 {
     run_ctx c;
-    run_open(&c, &g_dense, g_dense.plans1, 16);
+    run_open(&c, &g_small, g_small.plans1, 16);
     gate_seq s[N_SEQ];
     gate_make(s, N_SEQ, c.n_vocab);
     gate_run(&c, s, N_SEQ, 1, 1, 1); /* the reference: each sequence alone at tier 1 */
     static const uint32_t tiers[] = {2, 4, 8, 12, 16};
-    for (size_t t = 0; t < sizeof tiers / sizeof tiers[0]; t++) {
-        gate_run(&c, s, N_SEQ, tiers[t], tiers[t], 0);      /* rows <= tier, padding at the end */
-        if (tiers[t] > 2)
-            gate_run(&c, s, 5, tiers[t] - 1, tiers[t], 0); /* always >= 1 padded row */
-    }
+    for (size_t t = 0; t < sizeof tiers / sizeof tiers[0]; t++)
+        gate_run(&c, s, N_SEQ, tiers[t], tiers[t], 0); /* full, then padded as rows finish */
+    gate_run(&c, s, 7, 7, 8, 0);      /* one padded row from the first tick */
     gate_run(&c, s, N_SEQ, 16, 0, 0); /* tier 0: the backend picks the smallest fitting tier */
     gate_free(s, N_SEQ);
     run_close(&c);
@@ -316,8 +348,8 @@ START_TEST(test_stage_gate)
 {
     /* Two pipeline stages (boundary copy in between) == one stage, memcmp, at tiers 1 and 4. */
     run_ctx one, two;
-    run_open(&one, &g_dense, g_dense.plans1, 8);
-    run_open(&two, &g_dense, g_dense.plans2, 8);
+    run_open(&one, &g_small, g_small.plans1, 8);
+    run_open(&two, &g_small, g_small.plans2, 8);
     ck_assert_uint_eq(memra_cpu_backend_manifest(two.be)->n_stages, 2);
     gate_seq s[6];
     gate_make(s, 6, one.n_vocab);
@@ -337,8 +369,7 @@ START_TEST(test_moe_isolation)
     gate_seq s[5];
     gate_make(s, 5, c.n_vocab);
     gate_run(&c, s, 5, 1, 1, 1);
-    gate_run(&c, s, 5, 4, 4, 0);
-    gate_run(&c, s, 5, 5, 8, 0);
+    gate_run(&c, s, 5, 5, 8, 0); /* 3 padded rows, then more as sequences finish */
     gate_free(s, 5);
     run_close(&c);
 }
@@ -352,7 +383,7 @@ START_TEST(test_sampling_batch_independent)
      * by feeding back their own samples. At tier 1 alone and side by side in 4 and 12 rows
      * (with differently-seeded neighbours) the token streams must be identical. */
     run_ctx c;
-    run_open(&c, &g_dense, g_dense.plans1, 16);
+    run_open(&c, &g_small, g_small.plans1, 16);
     memra_err err;
     memra_err_clear(&err);
     const memra_sample_params same = {.temperature = 0.9f, .top_k = 50, .top_p = 0.95f, .seed = 77};
@@ -475,7 +506,7 @@ END_TEST
 START_TEST(test_bad_input)
 {
     run_ctx c;
-    run_open(&c, &g_dense, g_dense.plans1, 2);
+    run_open(&c, &g_small, g_small.plans1, 2);
     memra_err err;
     memra_err_clear(&err);
     uint32_t a, b, x;
@@ -522,34 +553,24 @@ END_TEST
 
 START_TEST(test_stale_and_missing_plans)
 {
-    /* Plans of the dense model refused for the MoE model (stale: other hash); a missing
-     * directory refused; both with a message, no crash. */
-    ck_assert(g_dense.ok);
+    /* The small model's plans refused for the tiny model (stale: another checkpoint hash);
+     * a missing directory and bad options refused; each with a message, no crash. */
+    ck_assert(g_small.ok && g_tiny.ok);
     memra_gguf *g = NULL;
     memra_err err;
     memra_err_clear(&err);
-    char other[512];
-    tu_tmp_path(other, sizeof other, ".gguf");
-    memra_forge_opts o;
-    memra_forge_opts_init(&o);
-    o.shape = memra_forge_preset("tiny");
-    o.seed = 7;
-    o.n_threads = 1;
-    o.mix = MEMRA_FORGE_MIX_NONE;
-    o.type = MEMRA_QT_Q8_0; /* same shapes, other tensor types: another checkpoint */
-    ck_assert_msg(memra_forge_write(&o, other, &err) == MEMRA_OK, "%s", err.msg);
-    ck_assert_int_eq(memra_gguf_open(other, &g, &err), MEMRA_OK);
+    ck_assert_int_eq(memra_gguf_open(g_tiny.path, &g, &err), MEMRA_OK);
     memra_cpu_backend *be = NULL;
     memra_err_clear(&err);
-    ck_assert_int_eq(memra_cpu_backend_open(g_dense.plans1, g, NULL, &be, &err), MEMRA_ERR_STALE_PLAN);
+    ck_assert_int_eq(memra_cpu_backend_open(g_small.plans1, g, NULL, &be, &err), MEMRA_ERR_STALE_PLAN);
     ck_assert_ptr_null(be);
+    ck_assert(err.msg[0] != '\0');
     memra_err_clear(&err);
     ck_assert_int_ne(memra_cpu_backend_open("/nonexistent/memra-plans", g, NULL, &be, &err), MEMRA_OK);
     ck_assert(err.msg[0] != '\0');
     memra_cpu_opts bad = {.n_slots = 0, .n_ctx = 16};
-    ck_assert_int_eq(memra_cpu_backend_open(g_dense.plans1, g, &bad, &be, &err), MEMRA_ERR_INVALID_ARG);
+    ck_assert_int_eq(memra_cpu_backend_open(g_tiny.plans1, g, &bad, &be, &err), MEMRA_ERR_INVALID_ARG);
     memra_gguf_close(g);
-    unlink(other);
 }
 END_TEST
 

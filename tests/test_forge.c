@@ -714,6 +714,61 @@ START_TEST(test_vocab_synthetic)
 }
 END_TEST
 
+/* The GGUF vocabulary provider (the plug-in path a real Qwen3.5 vocabulary takes): reading
+ * the tokenizer back from a forged file gives the synthetic vocabulary exactly, and forging
+ * with it gives the same bytes. A file without a tokenizer is refused by name. */
+START_TEST(test_vocab_from_gguf)
+{
+    const memra_forge_shape *s = &k_micro_moe;
+    memra_forge_vocab *v = small_vocab(), *r = NULL;
+    char a[256], b[256];
+    tu_tmp_path(a, sizeof a, ".gguf");
+    tu_tmp_path(b, sizeof b, ".gguf");
+    forge_to(s, "q8_0", 3, 0, v, a);
+    memra_err err;
+    memra_err_clear(&err);
+    ck_assert_msg(memra_forge_vocab_from_gguf(a, &r, &err) == MEMRA_OK, "%s", err.msg);
+    ck_assert_uint_eq(r->n_tokens, v->n_tokens);
+    ck_assert_uint_eq(r->n_merges, v->n_merges);
+    for (uint32_t i = 0; i < v->n_tokens; i++) {
+        ck_assert_uint_eq(r->token_lens[i], v->token_lens[i]);
+        ck_assert(memcmp(r->tokens[i], v->tokens[i], v->token_lens[i]) == 0);
+        ck_assert_int_eq(r->token_types[i], v->token_types[i]);
+    }
+    for (uint32_t m = 0; m < v->n_merges; m++)
+        ck_assert_str_eq(r->merges[m], v->merges[m]);
+    ck_assert_str_eq(r->model, v->model);
+    ck_assert_str_eq(r->pre, v->pre);
+    ck_assert_str_eq(r->chat_template, v->chat_template);
+    ck_assert(r->bos_id == v->bos_id && r->eos_id == v->eos_id && r->pad_id == v->pad_id);
+    ck_assert_int_eq(r->add_bos, v->add_bos);
+    forge_to(s, "q8_0", 3, 0, r, b);
+    size_t na, nb;
+    char *da = read_file(a, &na), *db = read_file(b, &nb);
+    ck_assert(na == nb && memcmp(da, db, na) == 0);
+    free(da);
+    free(db);
+    memra_forge_vocab_free(r);
+    r = NULL;
+    /* A GGUF with no tokenizer keys. */
+    memra_gguf_writer *w = NULL;
+    ck_assert_int_eq(memra_gguf_writer_open(&w, NULL), MEMRA_OK);
+    ck_assert_int_eq(memra_gguf_writer_set_str(w, "general.architecture", "qwen35"), MEMRA_OK);
+    ck_assert_int_eq(memra_gguf_writer_begin(w, b), MEMRA_OK);
+    ck_assert_int_eq(memra_gguf_writer_finish(w), MEMRA_OK);
+    memra_gguf_writer_close(w);
+    memra_err_clear(&err);
+    ck_assert_int_eq(memra_forge_vocab_from_gguf(b, &r, &err), MEMRA_ERR_NOT_FOUND);
+    ck_assert_ptr_null(r);
+    ck_assert_ptr_nonnull(strstr(err.msg, "tokenizer.ggml.tokens"));
+    memra_err_clear(&err);
+    ck_assert_int_ne(memra_forge_vocab_from_gguf("/nonexistent.gguf", &r, &err), MEMRA_OK);
+    unlink(a);
+    unlink(b);
+    memra_forge_vocab_free(v);
+}
+END_TEST
+
 /* Published shapes: sizes of the plans without writing them. 9B Q4_K_M is ~5.5 GB (the
  * PERF-NOTES 9B Q4_K_M tick reads ~5.1 GB of the ~5.6 GB file). */
 START_TEST(test_published_plans)
@@ -800,6 +855,7 @@ Suite *make_forge_suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_rope_sections);
     tcase_add_test(tc, test_vocab_synthetic);
+    tcase_add_test(tc, test_vocab_from_gguf);
     tcase_add_test(tc, test_init_ranges);
     tcase_add_test(tc, test_q4_k_m_matches_llama_cpp_27b);
     tcase_add_test(tc, test_published_plans);

@@ -1155,6 +1155,7 @@ START_TEST(test_writer_refusals)
 {
     char path[256];
     tu_tmp_path(path, sizeof path, ".gguf");
+    unlink(path); /* a stale file from a process with the same pid must not fool the check */
     memra_gguf_writer *w;
     ck_assert_int_eq(memra_gguf_writer_open(&w, NULL), MEMRA_OK);
     int rc = k_refusals[_i].step(w, path);

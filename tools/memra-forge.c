@@ -2,7 +2,8 @@
  * memra-forge — forge a Qwen3.5 (qwen35 / qwen35moe) GGUF checkpoint with seeded random
  * weights (library: tests/forge.h).
  *
- *   memra-forge --preset tiny [--type q4_k_m] [--seed 1] [--threads N] [--alignment N] -o F
+ *   memra-forge --preset tiny [--type q4_k_m] [--seed 1] [--threads N] [--alignment N]
+ *               [--vocab-from GGUF] -o F
  *   memra-forge --list [--type T]
  *
  * Progress (tensor i/n, MB, MB/s) goes to stderr; errors print one line and exit 1.
@@ -46,7 +47,7 @@ static void on_progress(const memra_forge_progress *p, void *user)
 static int list_presets(const memra_forge_opts *base)
 {
     printf("%-9s %-10s %3s %5s %6s %5s %7s %9s %14s  %s\n", "preset", "arch", "L", "D", "Hq/Hkv",
-           "E/k", "V", "params", "bytes", "type");
+           "E/k", "V", "params", "data bytes", "type");
     for (size_t i = 0; i < memra_forge_n_presets(); i++) {
         memra_forge_opts o = *base;
         o.shape = memra_forge_preset_at(i);
@@ -82,7 +83,9 @@ static int list_presets(const memra_forge_opts *base)
 static void usage(FILE *f)
 {
     fprintf(f, "usage: memra-forge --preset NAME [--type T] [--seed N] [--threads N]\n"
-               "                   [--alignment N] -o FILE\n"
+               "                   [--alignment N] [--vocab-from GGUF] -o FILE\n"
+               "       (--vocab-from: copy the tokenizer of another GGUF, e.g. a real Qwen3.5\n"
+               "        checkpoint; the default is the synthetic BPE vocabulary)\n"
                "       memra-forge --list [--type T]\n"
                "types: q4_k_m (default) f32 f16 bf16 q8_0 q4_0 q4_k q5_k q6_k iq4_xs mxfp4 nvfp4\n");
 }
@@ -99,7 +102,8 @@ static int parse_u64(const char *s, uint64_t *out)
 }
 
 /* Returns 0 to forge, 1 on a bad command line (message printed), 2 for --list/--help. */
-static int parse_args(int argc, char **argv, memra_forge_opts *o, const char **out, int *list)
+static int parse_args(int argc, char **argv, memra_forge_opts *o, const char **out, int *list,
+                      const char **vocab_from)
 {
     memra_err err;
     memra_err_clear(&err);
@@ -135,6 +139,8 @@ static int parse_args(int argc, char **argv, memra_forge_opts *o, const char **o
             o->n_threads = (uint32_t)n;
         } else if (!strcmp(a, "--alignment") && !parse_u64(v, &n) && n <= (1u << 30)) {
             o->alignment = (uint32_t)n;
+        } else if (!strcmp(a, "--vocab-from")) {
+            *vocab_from = v;
         } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
             *out = v;
         } else {
@@ -150,9 +156,9 @@ int main(int argc, char **argv)
     memra_forge_opts o;
     memra_forge_opts_init(&o);
     o.shape = NULL;
-    const char *out = NULL;
+    const char *out = NULL, *vocab_from = NULL;
     int list = 0;
-    int prc = parse_args(argc, argv, &o, &out, &list);
+    int prc = parse_args(argc, argv, &o, &out, &list, &vocab_from);
     if (prc)
         return prc == 2 ? 0 : 1;
     if (list)
@@ -166,7 +172,15 @@ int main(int argc, char **argv)
     o.progress_user = &ps;
     memra_err err;
     memra_err_clear(&err);
-    if (memra_forge_write(&o, out, &err) != MEMRA_OK) {
+    memra_forge_vocab *vocab = NULL;
+    if (vocab_from && memra_forge_vocab_from_gguf(vocab_from, &vocab, &err) != MEMRA_OK) {
+        fprintf(stderr, "memra-forge: %s\n", err.msg);
+        return 1;
+    }
+    o.vocab = vocab;
+    int rc = memra_forge_write(&o, out, &err);
+    memra_forge_vocab_free(vocab);
+    if (rc != MEMRA_OK) {
         fprintf(stderr, "%smemra-forge: %s\n", ps.tty ? "\n" : "", err.msg);
         return 1;
     }

@@ -292,13 +292,10 @@ def dot_ref(name, w, a):
                 "bf16": lambda: (np.frombuffer(bytes(w), np.uint16).astype(np.uint32) << 16)
                 .view(np.float32)}[name]()
         da, q = q8(a, 0)
-        p = []
-        for g in range(4):
-            acc = vals[8 * g] * F(q[8 * g])
-            for i in range(1, 8):
-                acc = acc + vals[8 * g + i] * F(q[8 * g + i])
-            p.append(acc)
-        return da * ((p[0] + p[1]) + (p[2] + p[3]))
+        p = F(0)
+        for j in range(32):
+            p = p + vals[j] * F(q[j])
+        return da * p
     if name in ("q8_0", "q4_0", "q5_0", "iq4_nl", "mxfp4"):
         da, q = q8(a, 0)
         if name == "q8_0":
@@ -329,7 +326,8 @@ def dot_ref(name, w, a):
             qs = w[4 + 8 * s:12 + 8 * s]
             codes = [KVF[b & 15] for b in qs] + [KVF[b >> 4] for b in qs]
             da, q = q8(a, s // 2)
-            u = F(quants.NVFP4.ue4m3_to_fp32(np.array([w[s]], np.uint8))[0])
+            # [engine] bit 7 of the scale byte is treated as 0 (differs from gguf-py at 0xFF)
+            u = F(quants.NVFP4.ue4m3_to_fp32(np.array([w[s] & 0x7F], np.uint8))[0])
             c.append(u * F(idot(codes, q[16 * (s % 2):16 * (s % 2) + 16])))
         return q8(a, 0)[0] * (c[0] + c[1]) + q8(a, 1)[0] * (c[2] + c[3])
     if name in ("q4_K", "q5_K"):
