@@ -14,3 +14,8 @@ memra_area(cpu SOURCES runtime/slots.c runtime/tick.c runtime/backend_cpu.c
            DEPS memra_ops memra_plan memra_quant memra_base
            TESTS tests/test_backend_cpu.c
            TEST_DEPS memra_planhost memra_forge memra_refmodel)
+# memra-run (declared by refmodel.cmake) gets the CPU backend (--backend cpu) and the planner
+# library, to generate plans in-process when no --plans DIR is given.
+if(TARGET memra-run)
+  target_link_libraries(memra-run PRIVATE memra_cpu memra_planhost)
+endif()

@@ -49,6 +49,7 @@ if(TARGET memra_quant)
   target_compile_definitions(memra-gpu-tests PRIVATE "MEMRA_SUITES=X(mmvq_gpu)"
                              "MEMRA_SOURCE_DIR=\"${MEMRA_ROOT}\"")
   target_include_directories(memra-gpu-tests PRIVATE ${MEMRA_ROOT}/tests)
+  set_target_properties(memra-gpu-tests PROPERTIES ENABLE_EXPORTS ON) # names in crash backtraces
   target_link_libraries(memra-gpu-tests PRIVATE memra_nvrtc memra_quant PkgConfig::CHECK
                         Threads::Threads)
   add_test(NAME memra-gpu-tests COMMAND memra-gpu-tests WORKING_DIRECTORY ${CMAKE_BINARY_DIR})

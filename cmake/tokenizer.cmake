@@ -37,6 +37,7 @@ target_link_libraries(memra_vocab_hf PUBLIC memra_tokenizer memra_forge PkgConfi
 
 memra_tool(memra-bench-tokenizer SOURCES ${MEMRA_ROOT}/bench/bench_tokenizer.c
            DEPS memra_vocab_hf memra_tokenizer)
+target_compile_definitions(memra-bench-tokenizer PRIVATE "MEMRA_SOURCE_DIR=\"${MEMRA_ROOT}\"")
 
 if(MEMRA_FUZZ)
   add_executable(fuzz_tokenizer ${MEMRA_ROOT}/fuzz/fuzz_tokenizer.c)

@@ -10,7 +10,7 @@
  *
  * Build and run (clang):
  *   CC=clang cmake -S . -B build-fuzz -DMEMRA_FUZZ=ON && cmake --build build-fuzz -j2 --target fuzz_plan
- *   mkdir -p fuzz/corpus-plan && cp tests/data/plans/tiny/*.json fuzz/corpus-plan/
+ *   mkdir -p fuzz/corpus-plan && cp tests/data/plans/tiny/plan-b1-s0.json ... fuzz/corpus-plan/
  *   nice -n 10 build-fuzz/fuzz_plan -max_total_time=600 -max_len=32768 \
  *       -dict=fuzz/plan.dict fuzz/corpus-plan
  */

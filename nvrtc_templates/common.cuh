@@ -191,13 +191,11 @@ MEMRA_DEV void mma_k16(i32 (&c)[4], u32 a0, u32 a1, u32 b0)
 
 /* ------------------------------------- cp.async --------------------------------------- */
 
-/* Copies 16 bytes global -> shared, reading only the first src_bytes (0..16) and writing
- * zeros for the rest: the tail of the last weight row is never over-read. */
-MEMRA_DEV void cp_async16(void *smem, const void *gmem, u32 src_bytes)
+/* Copies 16 bytes global -> shared asynchronously (L2 only: weights are streamed once). */
+MEMRA_DEV void cp_async16(void *smem, const void *gmem, u32 bytes)
 {
     const u32 s = (u32)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem),
-                 "r"(src_bytes)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(bytes)
                  : "memory");
 }
 

@@ -29,7 +29,7 @@
  * Must not: use float atomics, split K by anything but the shape, or let a row's arithmetic
  * depend on another row (mma columns are independent exact integer sums).
  * Invariants: weights 16-byte aligned; nothing outside [w, w + n_out * row_bytes) is read
- * (the last 16-byte unit is copied with a clamped source size).
+ * (the last, partial 16-byte unit is copied byte by byte).
  */
 #ifndef MEMRA_NVRTC_MMVQ_CUH
 #define MEMRA_NVRTC_MMVQ_CUH
@@ -516,7 +516,8 @@ MEMRA_DEV void block_any(const u8 *w0, const u8 *w1, const u8 *a, i64 rs, i64 kq
 /* Copies bytes [off, off + len) of each of the tile's first nrows rows (row r at base +
  * r * row_bytes) into slot r of dst, as aligned 16-byte units so that the data keeps its
  * address mod 16: row r's bytes start at dst + r * SLOT + ((base + r * row_bytes + off) & 15).
- * The unit that crosses end (the end of the weight) reads only the bytes before it. */
+ * The unit that crosses end (the end of the weight) is copied byte by byte up to end: a
+ * cp.async with a short source size still reads 16 bytes (compute-sanitizer reports it). */
 template <int SLOT>
 MEMRA_DEV void stage_rows(u8 *dst, const u8 *base, u64 row_bytes, u64 off, u32 len, int nrows,
                           const u8 *end, int lane)
@@ -532,7 +533,13 @@ MEMRA_DEV void stage_rows(u8 *dst, const u8 *base, u64 row_bytes, u64 off, u32 l
         if (unit >= src + len)
             continue;
         const u64 avail = (u64)(end - unit);
-        cp_async16(dst + r * SLOT + 16 * u, unit, avail >= 16 ? 16u : (u32)avail);
+        u8 *d = dst + r * SLOT + 16 * u;
+        if (avail >= 16) {
+            cp_async16(d, unit, 16);
+        } else {
+            for (u32 k = 0; k < 16; k++)
+                d[k] = k < avail ? unit[k] : 0;
+        }
     }
 }
 

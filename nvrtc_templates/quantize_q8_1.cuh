@@ -18,6 +18,14 @@
 
 #include "common.cuh"
 
+/* fp16 of v as quant.c writes it: RN-even, and NaN as sign | 0x7E00 (PTX would give 0x7FFF).
+ * A NaN's sign can still differ from the CPU's (x86 and the GPU create NaNs with different
+ * signs), which only matters for rows that already hold NaN or both infinities. */
+MEMRA_DEV u16 f16_of(float v)
+{
+    return v != v ? (u16)(0x7E00u | ((__float_as_uint(v) >> 16) & 0x8000u)) : f32_to_f16_rn(v);
+}
+
 /* Quantizes the 32 values v (one per lane) into the 36-byte q8_1 block at out. */
 MEMRA_DEV void q8_1_quantize_warp(float v, int lane, u8 *out)
 {
@@ -34,7 +42,7 @@ MEMRA_DEV void q8_1_quantize_warp(float v, int lane, u8 *out)
     r = r != r ? 0.0f : fminf(fmaxf(r, -127.0f), 127.0f);
     out[4 + lane] = (u8)(i8)(i32)r;
     if (lane == 0) {
-        const u32 ds = (u32)f32_to_f16_rn(d) | ((u32)f32_to_f16_rn(s) << 16);
+        const u32 ds = (u32)f16_of(d) | ((u32)f16_of(s) << 16);
         out[0] = (u8)ds;
         out[1] = (u8)(ds >> 8);
         out[2] = (u8)(ds >> 16);

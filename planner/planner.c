@@ -523,6 +523,37 @@ static void print_ops(FILE *f, const memra_planner_plan_info *p)
     fprintf(f, "\n");
 }
 
+/* Keys that differ only in ":b=N" print as one line with the tiers: "mmvq:qt=q4_K:b={1,8}". */
+static void print_kernels(FILE *f, const memra_planner_result *r)
+{
+    char base[MEMRA_KERNEL_KEY_MAX], other[MEMRA_KERNEL_KEY_MAX + 16];
+    uint8_t *done = calloc(r->n_kernels + 1, 1);
+    fprintf(f, "  kernel specializations (%u):\n", r->n_kernels);
+    for (uint32_t k = 0; done && k < r->n_kernels; k++) {
+        if (done[k])
+            continue;
+        const char *b = strstr(r->kernels[k], ":b=");
+        if (!b) {
+            fprintf(f, "    %s\n", r->kernels[k]);
+            continue;
+        }
+        snprintf(base, sizeof base, "%.*s", (int)(b - r->kernels[k]), r->kernels[k]);
+        fprintf(f, "    %s:b={", base);
+        const char *sep = "";
+        for (uint32_t t = 0; t < MEMRA_PLAN_MAX_B + 1; t++) /* tiers in numeric order */
+            for (uint32_t j = k; j < r->n_kernels; j++) {
+                snprintf(other, sizeof other, "%s:b=%u", base, t);
+                if (!done[j] && strcmp(r->kernels[j], other) == 0) {
+                    fprintf(f, "%s%u", sep, t);
+                    sep = ",";
+                    done[j] = 1;
+                }
+            }
+        fprintf(f, "}\n");
+    }
+    free(done);
+}
+
 void memra_planner_print_summary(const memra_planner_result *r, void *file)
 {
     FILE *f = file;
@@ -557,7 +588,5 @@ void memra_planner_print_summary(const memra_planner_result *r, void *file)
                                                                      : "DIFFERENT");
     for (uint32_t i = 0; i < r->n_plans && i < n_stages; i++)
         print_ops(f, &r->plans[i]);
-    fprintf(f, "  kernel specializations (%u):\n", r->n_kernels);
-    for (uint32_t k = 0; k < r->n_kernels; k++)
-        fprintf(f, "    %s\n", r->kernels[k]);
+    print_kernels(f, r);
 }

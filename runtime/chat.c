@@ -27,8 +27,9 @@ static const char *const k_markers[] = {
     "render_content(",
     "ns.last_query_index",
     "<tool_call>\\n<function=",
-    "'<|im_start|>' + message.role + '\\n<think>\\n' + reasoning_content + '\\n</think>\\n\\n' "
-    "+ content",
+    /* one marker, split only to fit the line */
+    ("'<|im_start|>' + message.role + '\\n<think>\\n' + reasoning_content + '\\n</think>\\n\\n' "
+     "+ content"),
     "enable_thinking is defined and enable_thinking is false",
     "'<think>\\n\\n</think>\\n\\n'",
 };

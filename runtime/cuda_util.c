@@ -18,8 +18,9 @@ static int g_load_rc = MEMRA_ERR_INTERNAL;
 static char g_load_msg[256];
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
-typedef CUresult (*get_proc_fn)(const char *, void **, int, cuuint64_t,
-                                CUdriverProcAddressQueryResult *);
+/* The symbol a cuda.h name maps to ("cuMemAlloc" -> "cuMemAlloc_v2"), as a string. */
+#define MEMRA_CU_STR2(x) #x
+#define MEMRA_CU_STR(x) MEMRA_CU_STR2(x)
 
 static void load_once(void)
 {
@@ -29,25 +30,17 @@ static void load_once(void)
         snprintf(g_load_msg, sizeof g_load_msg, "no CUDA driver: %s", dlerror());
         return;
     }
-    get_proc_fn get_proc = (get_proc_fn)dlsym(lib, "cuGetProcAddress_v2");
-    if (!get_proc) {
-        g_load_rc = MEMRA_ERR_UNSUPPORTED;
-        snprintf(g_load_msg, sizeof g_load_msg,
-                 "CUDA driver too old: libcuda.so.1 lacks cuGetProcAddress_v2");
-        return;
-    }
-    /* Resolve each entry point at the API version of the cuda.h we were compiled against,
-     * so the pointer's signature is the one __typeof__ saw. */
+    /* Each entry point by the exact symbol cuda.h maps its name to, so the pointer has the
+     * signature __typeof__ saw. cuGetProcAddress(name, CUDA_VERSION) is not equivalent: for
+     * cuCtxGetDevice it returns the CUDA 13 cuCtxGetDevice_v2(dev, ctx), whose extra
+     * argument crashed the driver when called through the 1-argument prototype. */
 #define MEMRA_CU_RESOLVE(name)                                                                     \
     {                                                                                              \
-        void *fp = NULL;                                                                           \
-        CUdriverProcAddressQueryResult st;                                                         \
-        CUresult r = get_proc(#name, &fp, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &st);         \
-        if (r != CUDA_SUCCESS || !fp || st != CU_GET_PROC_ADDRESS_SUCCESS) {                       \
+        void *fp = dlsym(lib, MEMRA_CU_STR(name));                                                 \
+        if (!fp) {                                                                                 \
             g_load_rc = MEMRA_ERR_UNSUPPORTED;                                                     \
-            snprintf(g_load_msg, sizeof g_load_msg,                                                \
-                     "CUDA driver lacks %s for API version %d (error %d, status %d)", #name,       \
-                     CUDA_VERSION, (int)r, (int)st);                                               \
+            snprintf(g_load_msg, sizeof g_load_msg, "CUDA driver lacks %s (%s): too old",          \
+                     MEMRA_CU_STR(name), #name);                                                   \
             return;                                                                                \
         }                                                                                          \
         memcpy(&g_api.name, &fp, sizeof fp);                                                       \

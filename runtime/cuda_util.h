@@ -4,8 +4,9 @@
  *
  * libcuda.so.1 comes with the GPU driver, not the toolkit: a binary linked against it does
  * not even start on a machine without a driver (CI, build hosts). So nothing links it; the
- * first memra_cu_load() dlopens it and resolves every entry point through cuGetProcAddress
- * at the CUDA_VERSION this file was compiled against, and callers go through memra_cu()->fn.
+ * first memra_cu_load() dlopens it and resolves every entry point by the versioned symbol
+ * cuda.h maps its name to (cuMemAlloc -> cuMemAlloc_v2), and callers go through
+ * memra_cu()->fn.
  * Without a driver, memra_cu_load() fails with MEMRA_ERR_UNSUPPORTED and a message saying so,
  * which is what GPU tests turn into SKIP.
  * Must not: be called before memra_cu_load() succeeded; print (errors go to memra_err).
@@ -46,6 +47,9 @@
     X(cuMemcpyHtoD)                                                                                \
     X(cuMemcpyDtoH)                                                                                \
     X(cuMemcpyDtoD)                                                                                \
+    X(cuMemcpyDtoDAsync)                                                                           \
+    X(cuMemcpyHtoDAsync)                                                                           \
+    X(cuMemcpyDtoHAsync)                                                                           \
     X(cuMemsetD8)                                                                                  \
     X(cuMemGetInfo)                                                                                \
     X(cuStreamCreate)                                                                              \

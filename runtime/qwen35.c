@@ -503,20 +503,36 @@ static int bind_vec(binder *b, const char *name, int64_t n, const memra_gguf_ten
     return bind_one(b, name, BIND_REQUIRED, KIND_VECTOR, 1, want, out);
 }
 
-/* `<base>.weight` {in, out[, n_expert]} and its optional `<base>.scale` {1} or {n_expert}. */
+/*
+ * `<base>.weight` {in, out[, n_expert]} and its optional NVFP4 companion {1} or {n_expert}.
+ * The companion is named `<base>.scale` in llama.cpp (tn(<tensor>, "scale", il), e.g.
+ * blk.0.attn_q.scale); files written as `<base>.weight.scale` are accepted too. Both at once
+ * is ambiguous and refused.
+ */
 static int bind_mat(binder *b, const char *base, int required, int64_t in, int64_t out_rows,
                     int64_t n_expert, memra_qwen35_mat *m)
 {
-    char name[MEMRA_GGUF_MAX_NAME + 16];
+    char name[MEMRA_GGUF_MAX_NAME + 16], alt[MEMRA_GGUF_MAX_NAME + 24];
     int rc;
     m->w = m->scale = NULL;
     const int64_t want[3] = {in, out_rows, n_expert};
     snprintf(name, sizeof name, "%s.weight", base);
     MEMRA_TRY(bind_one(b, name, required, KIND_MATRIX, n_expert ? 3 : 2, want, &m->w));
-    snprintf(name, sizeof name, "%s.scale", base);
+    if (!m->w)
+        return MEMRA_OK; /* a stray companion is then reported as an extra tensor */
     const int64_t want_s[1] = {n_expert ? n_expert : 1};
-    if (m->w)
-        MEMRA_TRY(bind_one(b, name, BIND_OPTIONAL, KIND_VECTOR, 1, want_s, &m->scale));
+    const memra_gguf_tensor *alt_t = NULL;
+    snprintf(name, sizeof name, "%s.scale", base);
+    snprintf(alt, sizeof alt, "%s.weight.scale", base);
+    MEMRA_TRY(bind_one(b, name, BIND_OPTIONAL, KIND_VECTOR, 1, want_s, &m->scale));
+    MEMRA_TRY(bind_one(b, alt, BIND_OPTIONAL, KIND_VECTOR, 1, want_s, &alt_t));
+    if (m->scale && alt_t) {
+        rc = MEMRA_FAIL(b->err, MEMRA_ERR_FORMAT, "tensors %s and %s: two scales for one matrix",
+                        name, alt);
+        goto fail;
+    }
+    if (alt_t)
+        m->scale = alt_t;
     return MEMRA_OK;
 fail:
     return rc;

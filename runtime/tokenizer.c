@@ -25,6 +25,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+/* inline XXH3: the merge lookup hashes an 8-byte key per adjacent pair, a call per hash shows */
+#define XXH_INLINE_ALL
 #include <xxhash.h>
 
 #include "gguf.h"

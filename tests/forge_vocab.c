@@ -391,15 +391,21 @@ static void bpe_train_free(bpe_train *t)
     free(t->text_len);
 }
 
+/* Pair counts: an open-addressing table keyed by (a << 16 | b); ids stay below 2^16 because
+ * the merge budget is bounded in memra_forge_vocab_synthetic. */
+#define PAIR_CAP (1u << 16)
+typedef struct pair_table {
+    uint32_t *key; /* [PAIR_CAP] */
+    uint32_t *cnt; /* [PAIR_CAP], 0 = empty slot */
+} pair_table;
+
 /* The pair with the highest weighted count; ties go to the smallest (left, right) ids.
  * Returns 0 when no word has two symbols left. */
-static int best_pair(const bpe_train *t, uint32_t *pa, uint32_t *pb)
+static int best_pair(const bpe_train *t, pair_table *pt, uint32_t *pa, uint32_t *pb)
 {
-    /* Pair counts live in an open-addressing table keyed by (a << 16 | b): ids stay below
-     * 2^16 because the merge budget is bounded in memra_forge_vocab_synthetic. */
-    enum { CAP = 1 << 16 };
-    static _Thread_local uint32_t key[CAP], cnt[CAP];
-    memset(cnt, 0, sizeof cnt);
+    uint32_t *key = pt->key, *cnt = pt->cnt;
+    const uint32_t CAP = PAIR_CAP;
+    memset(cnt, 0, CAP * sizeof *cnt);
     uint64_t best = 0;
     uint32_t best_key = 0;
     for (uint32_t k = 0; k < t->n_w; k++) {
@@ -470,17 +476,18 @@ static int bpe_seed(bpe_train *t)
 static int bpe_run(bpe_train *t, uint32_t max_merges, char ***merges, uint32_t *n)
 {
     *merges = calloc(max_merges ? max_merges : 1, sizeof **merges);
-    if (!*merges)
-        return -1;
+    pair_table pt = {malloc(PAIR_CAP * sizeof(uint32_t)), malloc(PAIR_CAP * sizeof(uint32_t))};
+    int rc = *merges && pt.key && pt.cnt ? 0 : -1;
     *n = 0;
     uint32_t a, b;
-    while (*n < max_merges && best_pair(t, &a, &b)) {
+    while (rc == 0 && *n < max_merges && best_pair(t, &pt, &a, &b)) {
         size_t la = t->text_len[a], lb = t->text_len[b];
         char *m = malloc(la + lb + 2), *cat = malloc(la + lb + 1);
         if (!m || !cat) {
             free(m);
             free(cat);
-            return -1;
+            rc = -1;
+            break;
         }
         memcpy(m, t->text[a], la);
         m[la] = ' ';
@@ -492,13 +499,14 @@ static int bpe_run(bpe_train *t, uint32_t max_merges, char ***merges, uint32_t *
         for (uint32_t k = 256; k < t->n_text; k++)
             if (t->text_len[k] == la + lb && memcmp(t->text[k], cat, la + lb) == 0)
                 id = k; /* the same string from another split reuses its id */
-        int fail = id == t->n_text && add_text(t, cat, la + lb);
+        rc = id == t->n_text && add_text(t, cat, la + lb) ? -1 : 0;
         free(cat);
-        if (fail)
-            return -1;
-        apply_merge(t, a, b, id);
+        if (rc == 0)
+            apply_merge(t, a, b, id);
     }
-    return 0;
+    free(pt.key);
+    free(pt.cnt);
+    return rc;
 }
 
 static const char *const k_specials[] = {"<|endoftext|>", "<|im_start|>", "<|im_end|>",

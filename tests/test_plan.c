@@ -630,7 +630,7 @@ START_TEST(test_summary)
     fclose(f);
     ck_assert_msg(strstr(buf, "launches per tick (all stages): 70"), "%s", buf);
     ck_assert_msg(strstr(buf, "every tensor read once"), "%s", buf);
-    ck_assert_msg(strstr(buf, "mmvq:qt=q4_K:b=8"), "%s", buf);
+    ck_assert_msg(strstr(buf, "mmvq:qt=q4_K:b={8}"), "%s", buf);
     memra_planner_result_free(r);
 }
 END_TEST

@@ -599,6 +599,7 @@ typedef struct mini_cfg {
     int fuse_gate_up;           /* ffn_gate_up_exps instead of gate/up */
     int copy_embd_to_output;    /* output.weight = token_embd data (for the tie test) */
     const char *scale_base;     /* "<base>.scale" companion with value 2 (E entries for exps) */
+    int scale_alt_name;         /* 1: name it "<base>.weight.scale"; 2: write both names */
     const char *double_tensor;  /* this tensor's data ×2 */
     const char *omit_key;       /* key suffix after "<arch>." (or a full key) not written */
     const char *omit_tensor;
@@ -675,10 +676,14 @@ static void mini_mat(mini_list *ls, const mini_cfg *c, const char *base_fmt, int
     snprintf(wname, sizeof wname, "%s.weight", base);
     mini_add(ls, c, MK_MAT, ne2 ? 3 : 2, in, out, ne2 ? ne2 : 1, wname, -1);
     if (c->scale_base && strcmp(c->scale_base, base) == 0) {
-        char sname[80];
-        snprintf(sname, sizeof sname, "%s.scale", base);
-        mini_add(ls, c, MK_CONST, 1, ne2 ? ne2 : 1, 1, 1, sname, -1);
-        ls->t[ls->n - 1].value = 2.0f;
+        char sname[96];
+        for (int k = 0; k < 2; k++) {
+            if ((k == 0 && c->scale_alt_name == 1) || (k == 1 && c->scale_alt_name == 0))
+                continue;
+            snprintf(sname, sizeof sname, k ? "%s.weight.scale" : "%s.scale", base);
+            mini_add(ls, c, MK_CONST, 1, ne2 ? ne2 : 1, 1, 1, sname, -1);
+            ls->t[ls->n - 1].value = 2.0f;
+        }
     }
 }
 
@@ -1130,6 +1135,10 @@ START_TEST(test_bind_refusals)
     c.extra_tensor = "blk.0.nextn.eh_proj.weight"; /* the reference refuses extra tensors */
     expect_fail(&c, 1, MEMRA_ERR_FORMAT, "blk.0.nextn.eh_proj.weight");
     c = mini_moe();
+    c.scale_base = "blk.0.ffn_up_exps";
+    c.scale_alt_name = 2; /* two companions for one matrix */
+    expect_fail(&c, 1, MEMRA_ERR_FORMAT, "two scales");
+    c = mini_moe();
     c.omit_tensor = "blk.2.ffn_up_exps.weight";
     expect_fail(&c, 1, MEMRA_ERR_NOT_FOUND, "blk.2.ffn_up_exps.weight");
     c = mini_moe(); /* shared-expert tensors present while Fs = 0 */
@@ -1179,6 +1188,9 @@ static void r64_mv(const r64_model *m, const char *base_fmt, int l, int64_t e, i
     const float *w = r64_t(m, fmt, 0);
     snprintf(fmt, sizeof fmt, "%s.scale", base);
     const memra_gguf_tensor *st = memra_gguf_find_tensor(m->g, fmt);
+    snprintf(fmt, sizeof fmt, "%s.weight.scale", base);
+    if (!st)
+        st = memra_gguf_find_tensor(m->g, fmt);
     const double sc = st ? ((const float *)st->data)[st->ne[0] > 1 ? e : 0] : 1.0;
     ck_assert_msg(w != NULL, "f64 reference: no f32 tensor %s", base);
     w += e * in * out;
@@ -1568,6 +1580,7 @@ START_TEST(test_scale_companion)
                 a.Fe = b.Fe = 32;
             }
             a.scale_base = bases[i];
+            a.scale_alt_name = (int)(i % 2); /* both spellings of the companion */
             char w[80];
             snprintf(w, sizeof w, "%s.weight", bases[i]);
             b.double_tensor = w;
@@ -1740,6 +1753,80 @@ static void greedy(const memra_ref_model *m, const int32_t *prompt, int n_prompt
     }
     memra_ref_seq_free(s);
 }
+
+/*
+ * Every weight encoding through the whole forward pass. The forge draws the same floats for a
+ * seed whatever the type, so a file in type T differs from the f32 file only by T's rounding:
+ * the logits' relative L2 distance to the f32 file's must stay within T's error budget. A
+ * missing NVFP4 `.scale` (weights off by ~1/2688), a wrong block layout or a dot product on
+ * the wrong activations lands near 100 % (an unrelated model: ~140 %). Measured when written
+ * (MEMRA_TEST_VERBOSE=1 prints them): f16 1.2 %, bf16 1.5, q8_0 2.1, q6_k 4.7, q5_k 10.7,
+ * q4_k 19.3, q4_0 20.8, iq4_xs 18.4, mxfp4 31, nvfp4 19.5, q4_k_m 17.8 — large next to the
+ * weight rounding itself because each q8_1 re-quantization of an activation turns a small
+ * perturbation δ into ~sqrt(δ·step) (codes flip), compounding over the layers. Bounds are
+ * ~2× those. The small shape keeps every row a multiple of 256 as the K-quants need.
+ */
+static const memra_forge_shape k_small_shape = {
+    .name = "refmodel-small", .arch = "qwen35", .n_layer = 2, .n_embd = 256, .n_head = 4,
+    .n_head_kv = 2, .head_dim = 64, .rope_dim = 16, .n_ff = 256, .ssm_n_group = 2,
+    .ssm_dt_rank = 4, .ssm_d_state = 64, .ssm_d_conv = 4, .full_attn_interval = 2,
+    .n_ctx_train = 4096, .provenance = "test_refmodel: one GDN + one attention layer",
+};
+
+static void forge_small(const char *type, char *path, size_t n)
+{
+    memra_forge_opts o;
+    memra_err err;
+    memra_forge_opts_init(&o);
+    o.shape = &k_small_shape;
+    o.seed = 11;
+    ck_assert_int_eq(memra_forge_parse_type(type, &o, &err), MEMRA_OK);
+    tu_tmp_path(path, n, ".gguf");
+    ck_assert_msg(memra_forge_write(&o, path, &err) == MEMRA_OK, "forge %s: %s", type, err.msg);
+}
+
+START_TEST(test_weight_types_close_to_f32)
+{
+    static const struct { const char *type; double max_rel; } types[] = {
+        {"f16", 0.03}, {"bf16", 0.04}, {"q8_0", 0.05}, {"q6_k", 0.1}, {"q5_k", 0.2},
+        {"q4_k", 0.35}, {"q4_0", 0.4}, {"iq4_xs", 0.35}, {"mxfp4", 0.6}, {"nvfp4", 0.35},
+        {"q4_k_m", 0.35},
+    };
+    enum { N = 4 };
+    const int32_t tok[N] = {3, 500, 77, 1000};
+    char path[256];
+    memra_ref_model *m;
+    memra_err err;
+    forge_small("f32", path, sizeof path);
+    ck_assert_msg(memra_ref_model_open(path, NULL, &m, &err) == MEMRA_OK, "%s", err.msg);
+    const uint32_t V = memra_ref_model_hparams(m)->n_vocab;
+    float *ref = malloc(N * V * sizeof *ref), *got = malloc(N * V * sizeof *got);
+    run_tokens(m, tok, N, ref);
+    memra_ref_model_close(m);
+    unlink(path);
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        forge_small(types[i].type, path, sizeof path);
+        ck_assert_msg(memra_ref_model_open(path, NULL, &m, &err) == MEMRA_OK, "%s: %s",
+                      types[i].type, err.msg);
+        run_tokens(m, tok, N, got);
+        double num = 0, den = 0;
+        for (size_t k = 0; k < (size_t)N * V; k++) {
+            ck_assert_msg(isfinite(got[k]), "%s: logit %zu not finite", types[i].type, k);
+            num += ((double)got[k] - ref[k]) * ((double)got[k] - ref[k]);
+            den += (double)ref[k] * ref[k];
+        }
+        const double rel = sqrt(num / den);
+        if (getenv("MEMRA_TEST_VERBOSE"))
+            fprintf(stderr, "%-7s relative L2 distance of logits to f32: %.4f\n", types[i].type,
+                    rel);
+        ck_assert_msg(rel < types[i].max_rel, "%s: logits %.3f away from the f32 file's (bound "
+                      "%.3f)", types[i].type, rel, types[i].max_rel);
+        memra_ref_model_close(m);
+        unlink(path);
+    }
+    free(ref), free(got);
+}
+END_TEST
 
 /* The committed run, plus determinism: a second model handle on the same file, with 2
  * threads, must reproduce the ids and the logits bytes. */
@@ -1938,6 +2025,7 @@ Suite *make_refmodel_suite(void)
 
     TCase *fg = tcase_create("forged");
     tcase_set_timeout(fg, 300);
+    tcase_add_test(fg, test_weight_types_close_to_f32);
     tcase_add_test(fg, test_tiny_expected);
     tcase_add_test(fg, test_tiny_moe_expected);
     tcase_add_test(fg, test_forged_stability);

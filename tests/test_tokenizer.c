@@ -19,7 +19,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include "chat.h"
 #include "forge.h"
@@ -229,6 +228,23 @@ static size_t cp_context(uint32_t c, char *out)
     return o;
 }
 
+/* FNV-1a over ids as 32-bit units (tests/py/gen_tokenizer_expected.py fnv_ids). */
+static unsigned long long fnv_ids(const int32_t *ids, size_t n)
+{
+    unsigned long long h = 0xCBF29CE484222325ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (uint32_t)ids[i]) * 0x100000001B3ull;
+    return h;
+}
+
+/* Surrogates cannot be encoded; U+1D2C0..U+1D2D3 (Kaktovik numerals, Unicode 15.0) are
+ * unassigned in PCRE2 10.42's Unicode 14.0 tables but \p{N} in the reference's, the one
+ * id-visible Unicode-version difference (gen_tokenizer_expected.py swept()). */
+static int swept(unsigned long c)
+{
+    return !((c >= 0xD800 && c <= 0xDFFF) || (c >= 0x1D2C0 && c <= 0x1D2D3));
+}
+
 START_TEST(test_codepoint_sweep)
 {
     REQUIRE_VOCAB();
@@ -245,17 +261,17 @@ START_TEST(test_codepoint_sweep)
             p++;
         size_t o = 0;
         for (unsigned long c = lo; c < hi; c++)
-            if (c < 0xD800 || c > 0xDFFF)
+            if (swept(c))
                 o += cp_context((uint32_t)c, text + o);
         encode_ok(g_tok, text, o, 0, &b);
-        unsigned long long got = XXH64(b.ids, b.n * sizeof *b.ids, 0);
+        unsigned long long got = fnv_ids(b.ids, b.n);
         if (got != want && !bad++)
             snprintf(first_bad, sizeof first_bad, "U+%04lX..U+%04lX: digest %016llx, want "
                      "%016llx", lo, hi - 1, got, want);
         blocks++;
     }
     ck_assert_msg(bad == 0, "%zu of %zu code-point blocks differ from the reference; first: %s "
-                  "(tests/py/gen_tokenizer_expected.py --explain-sweep shows the pieces)", bad,
+                  "(tests/py/gen_tokenizer_expected.py --explain-sweep LO prints the reference's pieces)", bad,
                   blocks, first_bad);
     ck_assert_uint_gt(blocks, 0);
     memra_token_buf_free(&b);
@@ -470,9 +486,9 @@ START_TEST(test_specials)
     encode_ok(g_tok, s, strlen(s), P, &b);
     ck_assert_uint_ge(b.n, 6);
     ck_assert_int_eq(b.ids[0], 248045);
-    ck_assert_int_eq(b.ids[b.n - 5], 248046);
-    ck_assert_int_eq(b.ids[b.n - 4], 248068);
-    ck_assert_int_eq(b.ids[b.n - 2], 248069);
+    ck_assert_int_eq(b.ids[b.n - 4], 248046); /* ... <|im_end|> <think> x </think> */
+    ck_assert_int_eq(b.ids[b.n - 3], 248068);
+    ck_assert_int_eq(b.ids[b.n - 1], 248069);
     /* without PARSE_SPECIAL control tokens are text, user-defined ones still match */
     encode_ok(g_tok, s, strlen(s), 0, &b);
     for (size_t i = 0; i < b.n; i++)
@@ -617,9 +633,6 @@ END_TEST
 
 START_TEST(test_refusals)
 {
-    int32_t ab, bcd;
-    memra_tokenizer *base = tiny_tokenizer("qwen35", &ab, &bcd);
-    memra_tokenizer_close(base);
     memra_tokenizer_desc d;
     memra_tokenizer *t = NULL;
     memra_err err;

@@ -3,6 +3,9 @@
  *
  *   memra-run --backend ref -m MODEL --tokens 1,2,3 [-n 32] [--threads N] [--ctx N]
  *             [--logits-hash]
+ *   memra-run --backend cpu -m MODEL --tokens 1,2,3 [--plans DIR] ...   (plans executed by the
+ *             CPU backend; without --plans they are generated in-process into a temporary
+ *             directory, tier 1 only, and removed afterwards)
  *
  * stdout (machine-readable, one "key: value" per line):
  *   prompt: 1,2,3
@@ -23,10 +26,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <xxhash.h>
 
+#include "backend_cpu.h"
+#include "planner.h"
 #include "refmodel.h"
 
 /* ======================================================================================== */
@@ -42,12 +49,13 @@ typedef struct run_opts {
     int n_threads;        /* --threads (default 1) */
     uint32_t n_ctx;       /* --ctx: sequence capacity (default n_tokens + n_gen) */
     int logits_hash;      /* --logits-hash */
+    const char *plans;    /* --plans: plan directory for --backend cpu (default: generate) */
     int help;
 } run_opts;
 
 typedef struct run_option {
-    const char *lng, *shrt; /* "--tokens", "-t" (NULL when none) */
-    int has_arg;
+    const char *lng, *shrt; /* "--model", "-m" (shrt NULL when none) */
+    const char *arg;        /* value placeholder for --help; NULL = a flag without value */
     const char *help;
     /* Returns 0, or -1 with a message in msg. */
     int (*set)(run_opts *o, const char *arg, char *msg, size_t n);
@@ -140,6 +148,13 @@ static int set_logits_hash(run_opts *o, const char *a, char *msg, size_t n)
     return 0;
 }
 
+static int set_plans(run_opts *o, const char *a, char *msg, size_t n)
+{
+    (void)msg, (void)n;
+    o->plans = a;
+    return 0;
+}
+
 static int set_help(run_opts *o, const char *a, char *msg, size_t n)
 {
     (void)a, (void)msg, (void)n;
@@ -148,24 +163,30 @@ static int set_help(run_opts *o, const char *a, char *msg, size_t n)
 }
 
 static const run_option k_options[] = {
-    {"--backend", NULL, 1, "NAME   compute backend: ref (CPU reference)", set_backend},
-    {"--model", "-m", 1, "FILE     GGUF checkpoint (qwen35, qwen35moe)", set_model},
-    {"--tokens", NULL, 1, "IDS     prompt token ids, comma-separated", set_tokens},
-    {"--n-gen", "-n", 1, "N        ids to generate greedily (default 32)", set_n_gen},
-    {"--threads", NULL, 1, "N     threads per mat-vec (default 1; results do not depend on it)",
+    {"--backend", NULL, "NAME", "compute backend: ref (CPU reference, default) or cpu", set_backend},
+    {"--model", "-m", "FILE", "GGUF checkpoint (qwen35, qwen35moe)", set_model},
+    {"--tokens", NULL, "IDS", "prompt token ids, comma-separated", set_tokens},
+    {"--n-gen", "-n", "N", "ids to generate greedily (default 32)", set_n_gen},
+    {"--threads", NULL, "N", "threads per mat-vec (default 1; results do not depend on it)",
      set_threads},
-    {"--ctx", NULL, 1, "N         sequence capacity (default prompt + n)", set_ctx},
-    {"--logits-hash", NULL, 0, "  print xxHash64 of the last step's logits", set_logits_hash},
-    {"--help", "-h", 0, "         this text", set_help},
+    {"--ctx", NULL, "N", "sequence capacity (default: prompt + n)", set_ctx},
+    {"--logits-hash", NULL, NULL, "print xxHash64 of the last step's logits", set_logits_hash},
+    {"--plans", NULL, "DIR", "plan directory for --backend cpu (default: generate in-process)",
+     set_plans},
+    {"--help", "-h", NULL, "this text", set_help},
 };
 #define N_OPTIONS (sizeof k_options / sizeof k_options[0])
 
 static void usage(FILE *f)
 {
     fprintf(f, "usage: memra-run --backend ref -m MODEL --tokens 1,2,3 [-n 32] [options]\n");
-    for (size_t i = 0; i < N_OPTIONS; i++)
-        fprintf(f, "  %s%s%s %s\n", k_options[i].shrt ? k_options[i].shrt : "",
-                k_options[i].shrt ? ", " : "", k_options[i].lng, k_options[i].help);
+    for (size_t i = 0; i < N_OPTIONS; i++) {
+        const run_option *o = &k_options[i];
+        char left[64];
+        snprintf(left, sizeof left, "%s%s%s%s%s", o->shrt ? o->shrt : "", o->shrt ? ", " : "",
+                 o->lng, o->arg ? " " : "", o->arg ? o->arg : "");
+        fprintf(f, "  %-20s %s\n", left, o->help);
+    }
 }
 
 /* Fills o from argv. Returns 0, or -1 with a one-line reason in msg. */
@@ -180,9 +201,9 @@ static int parse_args(int argc, char **argv, run_opts *o, char *msg, size_t n)
                 opt = &k_options[k];
         if (!opt)
             return snprintf(msg, n, "unknown option '%s' (see --help)", argv[i]), -1;
-        if (opt->has_arg && i + 1 >= argc)
+        if (opt->arg && i + 1 >= argc)
             return snprintf(msg, n, "%s needs a value", argv[i]), -1;
-        if (opt->set(o, opt->has_arg ? argv[++i] : NULL, msg, n))
+        if (opt->set(o, opt->arg ? argv[++i] : NULL, msg, n))
             return -1;
     }
     if (o->help)
@@ -266,8 +287,90 @@ done:
     return rc;
 }
 
+/* A fresh directory with tier-1 plans of o->model (memra-plan's library, in-process). */
+static int cpu_make_plans(const run_opts *o, char *dir, size_t n, memra_err *err)
+{
+    snprintf(dir, n, "%s/memra-run-plans-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    if (!mkdtemp(dir))
+        return MEMRA_FAIL(err, MEMRA_ERR_IO, "%s: cannot create a plan directory", dir);
+    memra_planner_opts po;
+    memra_planner_opts_init(&po);
+    po.model_path = o->model;
+    po.out_dir = dir;
+    po.n_tiers = 1;
+    po.tiers[0] = 1;
+    memra_planner_result *res = NULL;
+    int rc = memra_planner_run(&po, &res, err);
+    memra_planner_result_free(res);
+    return rc;
+}
+
+static void cpu_remove_plans(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    char path[1024];
+    while (d && (e = readdir(d)) != NULL)
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+            snprintf(path, sizeof path, "%s/%s", dir, e->d_name), unlink(path);
+    if (d)
+        closedir(d);
+    rmdir(dir);
+}
+
+/* Same protocol as ref_generate, one session on the CPU backend (greedy: the plan's sample
+ * op with temperature 0 is the same argmax, lowest index on ties). */
+static int cpu_generate(const run_opts *o, run_result *r, memra_err *err)
+{
+    memra_gguf *g = NULL;
+    memra_cpu_backend *be = NULL;
+    char tmp[512] = "";
+    double t0 = now_ms();
+    int rc = memra_gguf_open(o->model, &g, err);
+    if (rc == MEMRA_OK && !o->plans)
+        rc = cpu_make_plans(o, tmp, sizeof tmp, err);
+    memra_cpu_opts co = {.n_slots = 1, .n_ctx = o->n_ctx};
+    if (rc == MEMRA_OK)
+        rc = memra_cpu_backend_open(o->plans ? o->plans : tmp, g, &co, &be, err);
+    uint32_t sid = 0;
+    if (rc == MEMRA_OK)
+        rc = memra_cpu_session_admit(be, NULL, &sid, err);
+    r->load_ms = now_ms() - t0;
+    r->ids = malloc((size_t)o->n_gen * sizeof *r->ids);
+    if (rc == MEMRA_OK && !r->ids)
+        rc = MEMRA_FAIL(err, MEMRA_ERR_NOMEM, "out of memory");
+    if (rc == MEMRA_OK)
+        snprintf(r->model_desc, sizeof r->model_desc, "%s, %u layers, n_embd %u, n_vocab %u",
+                 memra_cpu_backend_manifest(be)->arch, memra_cpu_backend_manifest(be)->n_layer,
+                 memra_cpu_backend_manifest(be)->n_embd, memra_cpu_backend_n_vocab(be));
+    int32_t next = 0;
+    for (int t = 0; rc == MEMRA_OK && r->n_ids < o->n_gen; t++) {
+        const int in_prompt = t < o->n_tokens;
+        int32_t tok = in_prompt ? o->tokens[t] : next, out = -1;
+        memra_cpu_step st = {.n_rows = 1, .sessions = &sid, .tokens = &tok, .out_tokens = &out};
+        t0 = now_ms();
+        rc = memra_cpu_backend_step(be, &st, err);
+        double dt = now_ms() - t0;
+        if (in_prompt)
+            r->prompt_ms += dt, r->n_prompt_steps++;
+        else
+            r->gen_ms += dt, r->n_gen_steps++;
+        if (rc == MEMRA_OK && t >= o->n_tokens - 1)
+            r->ids[r->n_ids++] = next = out;
+    }
+    if (rc == MEMRA_OK)
+        r->logits_xxh64 = XXH64(memra_cpu_backend_logits(be, 0),
+                                (size_t)memra_cpu_backend_n_vocab(be) * sizeof(float), 0);
+    memra_cpu_backend_close(be);
+    memra_gguf_close(g);
+    if (tmp[0])
+        cpu_remove_plans(tmp);
+    return rc;
+}
+
 static const run_backend k_backends[] = {
     {"ref", ref_generate},
+    {"cpu", cpu_generate},
 };
 
 static const run_backend *find_backend(const char *name)
@@ -320,7 +423,7 @@ int main(int argc, char **argv)
     }
     const run_backend *b = find_backend(o.backend);
     if (!b) {
-        fprintf(stderr, "memra-run: backend '%s' is not available in this build (have: ref)\n",
+        fprintf(stderr, "memra-run: backend '%s' is not available in this build (have: ref, cpu)\n",
                 o.backend);
         goto out;
     }

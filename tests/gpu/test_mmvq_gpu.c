@@ -1,2 +1,830 @@
+/*
+ * test_mmvq_gpu.c — the NVRTC mmvq and quantize_q8_1 kernels on a real GPU (binary
+ * memra-gpu-tests, run with CK_FORK=no). Every test SKIPs, saying why, when the driver or a
+ * device is missing.
+ *
+ * For each weight qtype and B = 1..16, over K in {one dot block, three, 4096, 14336} and
+ * N in {1, 3, 127, 4097}:
+ *   (a) the GPU q8_1 quantizer writes the bytes of memra_quantize_q8_1 (memcmp);
+ *   (b) y[b, o] vs memra_vec_dot_q8_1 on the CPU: bit-identical (memcmp) when the launch's
+ *       ksplit is 1, because then the GPU sums the per-block r in the CPU's order and r itself
+ *       is computed with quant.c's operations; with ksplit 2 or 4 only the summation order
+ *       differs, so |y - ref| <= 2 (n - 1) 2^-24 sum_i |r_i| (the bound for two orderings of
+ *       an n-term fp32 sum: each is within (n - 1) u sum |r_i| of the exact sum, u = 2^-24,
+ *       to first order; the factor 1.001 below covers the second-order term for n < 2^14);
+ *   (c) row b of the B-wide call is memcmp-equal to the B = 1 call on row b alone;
+ *   (d) a second launch gives the same bytes.
+ * Merged launches (three weights of different qtypes, store and add-into, output scale) get
+ * the same checks. A bandwidth measurement (printed, not asserted) times mmvq on ~1 GB of
+ * weights at several B against a device-to-device copy in the same run.
+ *
+ * Lines starting with "TABLE|" are the summary scripts/device-run.sh prints last.
+ * MEMRA_GPU_QUICK=1 (test tooling only) drops the two largest shapes, for sanitizer runs.
+ */
 #include <check.h>
-Suite *make_mmvq_gpu_suite(void) { return suite_create("mmvq_gpu"); }
+#include <execinfo.h>
+#include <math.h>
+#include <signal.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cuda_util.h"
+#include "quant.h"
+#include "runtime/nvrtc.h"
+#include "test_util.h"
+
+/* --------------------------------------- GPU state ---------------------------------------- */
+
+static struct {
+    int tried, ok, sm;
+    char why[600];
+    memra_kernel_cache *kc;
+    CUstream st;
+} G;
+
+static int gpu_ready(void)
+{
+    if (G.tried)
+        return G.ok;
+    G.tried = 1;
+    memra_err e;
+    memra_err_clear(&e);
+    if (memra_cu_device_open(0, &G.sm, &e) != MEMRA_OK) {
+        snprintf(G.why, sizeof G.why, "%s", e.msg);
+        return 0;
+    }
+    if (G.sm < 90) {
+        snprintf(G.why, sizeof G.why, "device is sm_%d; the templates need sm_90", G.sm);
+        return 0;
+    }
+    /* G.st stays the legacy default stream: the synchronous copies and memsets the checks
+     * use are ordered with the launches only on that stream. */
+    if (memra_kernel_cache_open(&G.kc, &e) != MEMRA_OK) {
+        snprintf(G.why, sizeof G.why, "setup failed: %s", e.msg);
+        return 0;
+    }
+    G.ok = 1;
+    return 1;
+}
+
+#define GPU_OR_SKIP()                                                                              \
+    do {                                                                                           \
+        if (!gpu_ready()) {                                                                        \
+            printf("SKIP %s: %s\n", __func__, G.why);                                              \
+            return;                                                                                \
+        }                                                                                          \
+    } while (0)
+
+#define CU_OK(call)                                                                                \
+    do {                                                                                           \
+        CUresult r_ = memra_cu()->call;                                                            \
+        if (r_ != CUDA_SUCCESS) {                                                                  \
+            memra_err e_;                                                                          \
+            memra_err_clear(&e_);                                                                  \
+            memra_cu_fail(&e_, r_, #call, __FILE__, __LINE__);                                     \
+            ck_abort_msg("%s", e_.msg);                                                            \
+        }                                                                                          \
+    } while (0)
+
+static CUdeviceptr dalloc(size_t n)
+{
+    CUdeviceptr p = 0;
+    CU_OK(cuMemAlloc(&p, n ? n : 1));
+    return p;
+}
+
+static void *dptr(CUdeviceptr p) { return (void *)(uintptr_t)p; }
+
+static CUfunction kernel(const char *key)
+{
+    CUfunction f;
+    memra_err e;
+    memra_err_clear(&e);
+    const int rc = memra_kernel_get(G.kc, key, &f, &e);
+    ck_assert_msg(rc == MEMRA_OK, "%s: %s", key, e.msg);
+    return f;
+}
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* The weight types mmvq specializes, in table order. */
+static const int k_types[] = {MEMRA_QT_Q4_0,  MEMRA_QT_Q8_0,  MEMRA_QT_Q4_K,  MEMRA_QT_Q5_K,
+                              MEMRA_QT_Q6_K,  MEMRA_QT_IQ4_XS, MEMRA_QT_NVFP4, MEMRA_QT_F16,
+                              MEMRA_QT_BF16,  MEMRA_QT_F32,   MEMRA_QT_MXFP4, MEMRA_QT_IQ4_NL,
+                              MEMRA_QT_Q4_1,  MEMRA_QT_Q5_0,  MEMRA_QT_Q5_1};
+#define N_TYPES ((int)(sizeof k_types / sizeof k_types[0]))
+
+/* Compiles every specialization these tests launch, 16 at a time (NVRTC is thread-safe and
+ * the GPU machine has the cores), so the tests time kernels, not compilers. */
+static void *prewarm_worker(void *arg)
+{
+    atomic_int *next = arg;
+    for (int i; (i = atomic_fetch_add(next, 1)) < N_TYPES * 16 + 4;) {
+        char key[MEMRA_KERNEL_KEY_MAX];
+        if (i < N_TYPES * 16)
+            snprintf(key, sizeof key, "mmvq:qt=%s:b=%d", memra_qtype_get(k_types[i / 16])->name,
+                     i % 16 + 1);
+        else if (i < N_TYPES * 16 + 3)
+            snprintf(key, sizeof key, "mmvq:qt=q4_K+q6_K+q8_0:b=%d", (int[]){1, 5, 16}[i % 3]);
+        else
+            snprintf(key, sizeof key, "quantize_q8_1");
+        memra_cubin c;
+        if (memra_nvrtc_compile(key, G.sm, &c, NULL) == MEMRA_OK)
+            memra_cubin_free(&c);
+    }
+    return NULL;
+}
+
+START_TEST(test_prewarm)
+{
+    GPU_OR_SKIP();
+    atomic_int next = 0;
+    pthread_t th[16];
+    pthread_attr_t at;
+    pthread_attr_init(&at);
+    pthread_attr_setstacksize(&at, (size_t)64 << 20); /* compilers recurse deeply */
+    const double t0 = now_s();
+    for (int i = 0; i < 16; i++)
+        ck_assert_int_eq(pthread_create(&th[i], &at, prewarm_worker, &next), 0);
+    for (int i = 0; i < 16; i++)
+        pthread_join(th[i], NULL);
+    pthread_attr_destroy(&at);
+    memra_nvrtc_stats s;
+    memra_nvrtc_stats_get(&s);
+    printf("TABLE|prewarm: %d keys, %ld compiled, %ld from cache %s, %.1f s\n", N_TYPES * 16 + 4,
+           s.compiles, s.cache_hits, memra_nvrtc_cache_dir(), now_s() - t0);
+}
+END_TEST
+
+/* ----------------------------------------- data ------------------------------------------- */
+
+/* A finite fp16 scale: +-2^-12 .. 2^-4, one in 32 a subnormal fp16. */
+static uint16_t rand_scale16(tu_rng *r)
+{
+    if (tu_rng_u64(r) % 32 == 0)
+        return (uint16_t)(1 + tu_rng_u64(r) % 0x3FF);
+    const float v = exp2f(-12.0f + 8.0f * tu_rng_uniform(r));
+    return memra_f32_to_fp16(tu_rng_u64(r) & 1 ? -v : v);
+}
+
+static void put16(uint8_t *p, uint16_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
+
+/* Random dot blocks of type qt: random bytes (every code pattern is valid) with the scale
+ * fields replaced by finite values, so every output is finite. */
+static void fill_block(int qt, uint8_t *p, size_t bytes, tu_rng *r)
+{
+    for (size_t i = 0; i < bytes; i += 8) {
+        const uint64_t v = tu_rng_u64(r);
+        memcpy(p + i, &v, bytes - i < 8 ? bytes - i : 8);
+    }
+    switch (qt) {
+    case MEMRA_QT_F32:
+        for (size_t i = 0; i < bytes / 4; i++) {
+            const float f = tu_rng_normal(r);
+            memcpy(p + 4 * i, &f, 4);
+        }
+        break;
+    case MEMRA_QT_F16:
+        for (size_t i = 0; i < bytes / 2; i++)
+            put16(p + 2 * i, memra_f32_to_fp16(tu_rng_normal(r)));
+        break;
+    case MEMRA_QT_BF16:
+        for (size_t i = 0; i < bytes / 2; i++)
+            put16(p + 2 * i, memra_f32_to_bf16(tu_rng_normal(r)));
+        break;
+    case MEMRA_QT_Q4_1:
+    case MEMRA_QT_Q5_1:
+    case MEMRA_QT_Q4_K:
+    case MEMRA_QT_Q5_K:
+        put16(p, rand_scale16(r));
+        put16(p + 2, rand_scale16(r));
+        break;
+    case MEMRA_QT_Q6_K:
+        put16(p + 208, rand_scale16(r));
+        break;
+    case MEMRA_QT_MXFP4: /* mostly moderate exponents; 1 in 16 the subnormal half scales */
+        p[0] = tu_rng_u64(r) % 16 == 0 ? (uint8_t)(tu_rng_u64(r) % 3)
+                                        : (uint8_t)(110 + tu_rng_u64(r) % 25);
+        break;
+    case MEMRA_QT_NVFP4: /* any scale byte is finite (bit 7 ignored, 0x7F = 0) */
+        break;
+    default: /* Q4_0, Q5_0, Q8_0, IQ4_NL, IQ4_XS: fp16 d first */
+        put16(p, rand_scale16(r));
+        break;
+    }
+}
+
+/* x [rows, n]: normal values scaled per row by 2^(row - 8), with one all-zero 32-block and
+ * one block holding an exact tie (amax 127, x = 2.5) per row where n allows. */
+static void fill_acts(float *x, int rows, int n, tu_rng *r)
+{
+    for (int b = 0; b < rows; b++) {
+        float *xr = x + (size_t)b * n;
+        for (int j = 0; j < n; j++)
+            xr[j] = ldexpf(tu_rng_normal(r), b - 8);
+        if (n >= 64) {
+            memset(xr + 32, 0, 32 * sizeof(float));
+        }
+        if (n >= 96) {
+            xr[64] = 127.0f;
+            xr[65] = 2.5f;
+            xr[66] = -2.5f;
+        }
+    }
+}
+
+/* ------------------------------------- CPU reference -------------------------------------- */
+
+typedef struct ref_job {
+    int qt, K, N;
+    const uint8_t *w;           /* [N] rows */
+    const memra_block_q8_1 *a;  /* [16, K/32] */
+    float *ref, *sabs;          /* [16, N] */
+    atomic_int next;
+} ref_job;
+
+static void *ref_worker(void *arg)
+{
+    ref_job *j = arg;
+    const size_t rb = memra_quant_row_bytes((memra_qtype)j->qt, j->K);
+    const int de = memra_quant_dot_block_elems((memra_qtype)j->qt);
+    const size_t db = memra_quant_dot_block_bytes((memra_qtype)j->qt);
+    for (int o; (o = atomic_fetch_add(&j->next, 64)) < j->N;)
+        for (int oo = o; oo < o + 64 && oo < j->N; oo++)
+            for (int b = 0; b < 16; b++) {
+                const uint8_t *row = j->w + (size_t)oo * rb;
+                const memra_block_q8_1 *ab = j->a + (size_t)b * (j->K / 32);
+                j->ref[(size_t)b * j->N + oo] = memra_vec_dot_q8_1((memra_qtype)j->qt, row, ab, j->K);
+                double s = 0;
+                for (int k = 0; k < j->K / de; k++)
+                    s += fabs((double)memra_vec_dot_block((memra_qtype)j->qt, row + k * db,
+                                                          ab + (size_t)k * de / 32));
+                j->sabs[(size_t)b * j->N + oo] = (float)s;
+            }
+    return NULL;
+}
+
+static void cpu_ref(ref_job *j)
+{
+    long nth = sysconf(_SC_NPROCESSORS_ONLN);
+    nth = nth < 1 ? 1 : nth > 32 ? 32 : nth;
+    pthread_t th[32];
+    atomic_store(&j->next, 0);
+    for (long i = 0; i < nth; i++)
+        ck_assert_int_eq(pthread_create(&th[i], NULL, ref_worker, j), 0);
+    for (long i = 0; i < nth; i++)
+        pthread_join(th[i], NULL);
+}
+
+/* ------------------------------------- mmvq launches -------------------------------------- */
+
+static void mmvq_run(const memra_mmvq_args *args, int ksplit, int *ks_used)
+{
+    memra_mmvq_launch L;
+    memra_err e;
+    memra_err_clear(&e);
+    ck_assert_msg(memra_mmvq_prepare(args, G.sm, ksplit, &L, &e) == MEMRA_OK, "%s", e.msg);
+    CUfunction f = kernel(L.key);
+    void *params[] = {&L.params};
+    CU_OK(cuLaunchKernel(f, L.grid, 1, 1, L.threads, 1, 1, L.smem, G.st, params, NULL));
+    if (ks_used)
+        *ks_used = L.params.ksplit;
+}
+
+/* Per-qtype tallies of one test, printed as a TABLE line. */
+typedef struct tally {
+    long exact_pairs, exact_bad, tol_pairs, tol_bad, iso_bad, rerun_bad, launches;
+    double worst; /* max |y - ref| / tol over the tolerance-checked pairs */
+    int shown;
+} tally;
+
+static void report(tally *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void report(tally *t, const char *fmt, ...)
+{
+    if (t->shown++ >= 6)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    printf("  FAIL ");
+    vprintf(fmt, ap);
+    printf("\n");
+    va_end(ap);
+}
+
+/* y [B, N] against the CPU reference rows 0..B-1: memcmp when exact, else the bound. */
+static void check_vs_ref(tally *t, const char *what, const float *y, const float *ref,
+                         const float *sabs, int B, int N, int nblk, int exact)
+{
+    for (int b = 0; b < B; b++)
+        for (int o = 0; o < N; o++) {
+            const size_t i = (size_t)b * N + o;
+            if (exact) {
+                t->exact_pairs++;
+                if (memcmp(&y[i], &ref[i], 4) != 0) {
+                    t->exact_bad++;
+                    report(t, "%s: b=%d o=%d not bit-identical: gpu %.9g (0x%08x) cpu %.9g", what,
+                           b, o, y[i], *(const uint32_t *)&y[i], ref[i]);
+                }
+                continue;
+            }
+            t->tol_pairs++;
+            const double tol = 2.0 * 1.001 * (nblk - 1) * 0x1p-24 * (double)sabs[i];
+            const double d = fabs((double)y[i] - (double)ref[i]);
+            const double ratio = tol > 0 ? d / tol : (d > 0 ? INFINITY : 0);
+            if (ratio > t->worst || !isfinite(y[i]))
+                t->worst = isfinite(y[i]) ? ratio : INFINITY;
+            if (!(d <= tol) || !isfinite(y[i])) {
+                t->tol_bad++;
+                report(t, "%s: b=%d o=%d gpu %.9g cpu %.9g |d| %.3g > tol %.3g", what, b, o, y[i],
+                       ref[i], d, tol);
+            }
+        }
+}
+
+/* One (qtype, K, N) case: the B = 1..16 sweep plus forced ksplit variants. */
+static void mmvq_case(int qt, int K, int N, tally *t, tu_rng *rng)
+{
+    const size_t rb = memra_quant_row_bytes((memra_qtype)qt, K);
+    const size_t wbytes = rb * N, ab = (size_t)16 * (K / 32) * sizeof(memra_block_q8_1);
+    const int nblk = K / memra_quant_dot_block_elems((memra_qtype)qt);
+    uint8_t *w = malloc(wbytes);
+    float *x = malloc((size_t)16 * K * sizeof(float));
+    memra_block_q8_1 *a = malloc(ab);
+    float *ref = malloc((size_t)16 * N * 4), *sabs = malloc((size_t)16 * N * 4);
+    float *y = malloc((size_t)16 * N * 4), *y1 = malloc((size_t)16 * N * 4);
+    ck_assert(w && x && a && ref && sabs && y && y1);
+    const size_t db = memra_quant_dot_block_bytes((memra_qtype)qt);
+    for (size_t off = 0; off < wbytes; off += db)
+        fill_block(qt, w + off, db, rng);
+    fill_acts(x, 16, K, rng);
+    for (int b = 0; b < 16; b++)
+        memra_quantize_q8_1(x + (size_t)b * K, a + (size_t)b * (K / 32), K);
+    ref_job j = {.qt = qt, .K = K, .N = N, .w = w, .a = a, .ref = ref, .sabs = sabs};
+    cpu_ref(&j);
+
+    /* weights get an allocation of exactly their size: the kernel must not read past it */
+    CUdeviceptr dw = dalloc(wbytes), da = dalloc(ab), dy = dalloc((size_t)16 * N * 4);
+    CU_OK(cuMemcpyHtoD(dw, w, wbytes));
+    CU_OK(cuMemcpyHtoD(da, a, ab));
+    memra_mmvq_args args = {.a = dptr(da), .n_in = K, .n_w = 1};
+    args.out[0] = (memra_mmvq_out){.w = dptr(dw), .y = dptr(dy), .qtype = qt, .n_out = N,
+                                   .row_bytes = rb, .mode = MEMRA_MMVQ_STORE};
+    char what[96];
+    const size_t rowa = (size_t)(K / 32) * sizeof(memra_block_q8_1);
+
+    /* B = 1 on each row alone: the isolation reference */
+    for (int b = 0; b < 16; b++) {
+        args.b = 1;
+        args.a = dptr(da + b * rowa);
+        args.out[0].y = dptr(dy + (size_t)b * N * 4);
+        mmvq_run(&args, 0, NULL);
+    }
+    CU_OK(cuMemcpyDtoH(y1, dy, (size_t)16 * N * 4));
+    args.a = dptr(da);
+    args.out[0].y = dptr(dy);
+    for (int B = 1; B <= 16; B++) {
+        int ks;
+        args.b = B;
+        CU_OK(cuMemsetD8(dy, 0xFF, (size_t)16 * N * 4)); /* NaN: an unwritten output fails */
+        mmvq_run(&args, 0, &ks);
+        t->launches++;
+        CU_OK(cuMemcpyDtoH(y, dy, (size_t)B * N * 4));
+        snprintf(what, sizeof what, "%s K=%d N=%d B=%d ksplit=%d", memra_qtype_get(qt)->name, K,
+                 N, B, ks);
+        check_vs_ref(t, what, y, ref, sabs, B, N, nblk, ks == 1);
+        for (int b = 0; b < B; b++)
+            if (memcmp(y + (size_t)b * N, y1 + (size_t)b * N, (size_t)N * 4) != 0) {
+                t->iso_bad++;
+                report(t, "%s: row %d differs from the B=1 call on that row", what, b);
+            }
+    }
+    /* run-to-run: the B = 16 output again, byte for byte */
+    CU_OK(cuMemsetD8(dy, 0xFF, (size_t)16 * N * 4));
+    mmvq_run(&args, 0, NULL);
+    CU_OK(cuMemcpyDtoH(y1, dy, (size_t)16 * N * 4));
+    if (memcmp(y, y1, (size_t)16 * N * 4) != 0) {
+        t->rerun_bad++;
+        report(t, "%s K=%d N=%d: second B=16 launch differs", memra_qtype_get(qt)->name, K, N);
+    }
+    /* every ksplit on B = 16: ksplit 1 must be bit-identical to the CPU */
+    for (int ks = 1; ks <= 4; ks *= 2) {
+        CU_OK(cuMemsetD8(dy, 0xFF, (size_t)16 * N * 4));
+        mmvq_run(&args, ks, NULL);
+        CU_OK(cuMemcpyDtoH(y, dy, (size_t)16 * N * 4));
+        snprintf(what, sizeof what, "%s K=%d N=%d B=16 forced ksplit=%d",
+                 memra_qtype_get(qt)->name, K, N, ks);
+        check_vs_ref(t, what, y, ref, sabs, 16, N, nblk, ks == 1);
+    }
+    CU_OK(cuMemFree(dw));
+    CU_OK(cuMemFree(da));
+    CU_OK(cuMemFree(dy));
+    free(w), free(x), free(a), free(ref), free(sabs), free(y), free(y1);
+}
+
+/* Test-tooling switches for sanitizer runs (scripts/device-run.sh): MEMRA_GPU_QUICK=1 drops
+ * the largest shapes, MEMRA_GPU_TYPES=q4_0,q6_K limits the qtypes, MEMRA_GPU_NO_BENCH=1 skips
+ * the bandwidth measurement. */
+static int env_on(const char *name)
+{
+    const char *q = getenv(name);
+    return q && *q && *q != '0';
+}
+
+static int quick(void) { return env_on("MEMRA_GPU_QUICK"); }
+
+static int type_selected(const char *name)
+{
+    const char *list = getenv("MEMRA_GPU_TYPES");
+    if (!list || !*list)
+        return 1;
+    const size_t n = strlen(name);
+    for (const char *p = list; (p = strstr(p, name)); p += n)
+        if ((p == list || p[-1] == ',') && (p[n] == ',' || p[n] == '\0'))
+            return 1;
+    return 0;
+}
+
+START_TEST(test_mmvq_qtype)
+{
+    GPU_OR_SKIP();
+    const int qt = k_types[_i];
+    if (!type_selected(memra_qtype_get(qt)->name)) {
+        printf("SKIP mmvq %s: not in MEMRA_GPU_TYPES\n", memra_qtype_get(qt)->name);
+        return;
+    }
+    const int de = memra_quant_dot_block_elems((memra_qtype)qt);
+    const int Ks[4] = {de, 3 * de, 4096, 14336}, Ns[4] = {1, 3, 127, 4097};
+    tally t = {0};
+    tu_rng rng;
+    tu_rng_seed(&rng, 0x6d6d7671ull + (uint64_t)qt);
+    const double t0 = now_s();
+    for (int ki = 0; ki < 4; ki++)
+        for (int ni = 0; ni < 4; ni++) {
+            if (quick() && (ki == 3 || (ki == 2 && ni == 3)))
+                continue;
+            mmvq_case(qt, Ks[ki], Ns[ni], &t, &rng);
+        }
+    printf("TABLE|mmvq %-7s exact %ld/%ld  tol %ld/%ld (worst |d|/tol %.3f)  isolation %s  "
+           "rerun %s  %ld launches  %.1f s\n",
+           memra_qtype_get(qt)->name, t.exact_pairs - t.exact_bad, t.exact_pairs,
+           t.tol_pairs - t.tol_bad, t.tol_pairs, t.worst, t.iso_bad ? "FAIL" : "ok",
+           t.rerun_bad ? "FAIL" : "ok", t.launches, now_s() - t0);
+    ck_assert_msg(t.exact_bad == 0 && t.tol_bad == 0 && t.iso_bad == 0 && t.rerun_bad == 0,
+                  "%s: %ld not bit-identical, %ld out of tolerance, %ld isolation, %ld rerun",
+                  memra_qtype_get(qt)->name, t.exact_bad, t.tol_bad, t.iso_bad, t.rerun_bad);
+}
+END_TEST
+
+/* ------------------------------------ merged launches ------------------------------------- */
+
+/* Three weights of different qtypes on one input: store, add-into with scale 0.5, store with
+ * scale -1.25. Expected (CPU): v = ref (× scale), y = v or y_init + v. With ksplit 1 the GPU
+ * must match byte for byte; otherwise v is within the summation bound times |scale| (an exact
+ * power-of-two scale keeps it exact, -1.25 adds one rounding: + 2^-24 |v|), and the add into
+ * y_init one more rounding each side (+ 2^-23 |y|). */
+START_TEST(test_mmvq_merged)
+{
+    GPU_OR_SKIP();
+    enum { K = 4096 };
+    static const int qts[3] = {MEMRA_QT_Q4_K, MEMRA_QT_Q6_K, MEMRA_QT_Q8_0};
+    static const int Ns[3] = {300, 77, 129}, modes[3] = {0, 1, 0};
+    static const float scales[3] = {1.0f, 0.5f, -1.25f};
+    tu_rng rng;
+    tu_rng_seed(&rng, 4242);
+    float *x = malloc((size_t)16 * K * 4);
+    memra_block_q8_1 *a = malloc((size_t)16 * (K / 32) * sizeof *a);
+    fill_acts(x, 16, K, &rng);
+    for (int b = 0; b < 16; b++)
+        memra_quantize_q8_1(x + (size_t)b * K, a + (size_t)b * (K / 32), K);
+    CUdeviceptr da = dalloc((size_t)16 * (K / 32) * sizeof *a), dw[3], dy[3], dsc[3];
+    CU_OK(cuMemcpyHtoD(da, a, (size_t)16 * (K / 32) * sizeof *a));
+    float *ref[3], *sabs[3], *yinit[3], *y[3], *y1[3];
+    uint8_t *w[3];
+    memra_mmvq_args args = {.a = dptr(da), .n_in = K, .n_w = 3};
+    for (int i = 0; i < 3; i++) {
+        const size_t rb = memra_quant_row_bytes((memra_qtype)qts[i], K), n = (size_t)16 * Ns[i];
+        const size_t db = memra_quant_dot_block_bytes((memra_qtype)qts[i]);
+        w[i] = malloc(rb * Ns[i]);
+        for (size_t off = 0; off < rb * Ns[i]; off += db)
+            fill_block(qts[i], w[i] + off, db, &rng);
+        ref[i] = malloc(n * 4), sabs[i] = malloc(n * 4), yinit[i] = malloc(n * 4);
+        y[i] = malloc(n * 4), y1[i] = malloc(n * 4);
+        for (size_t k = 0; k < n; k++)
+            yinit[i][k] = tu_rng_normal(&rng);
+        ref_job j = {.qt = qts[i], .K = K, .N = Ns[i], .w = w[i], .a = a, .ref = ref[i],
+                     .sabs = sabs[i]};
+        cpu_ref(&j);
+        dw[i] = dalloc(rb * Ns[i]), dy[i] = dalloc(n * 4), dsc[i] = dalloc(4);
+        CU_OK(cuMemcpyHtoD(dw[i], w[i], rb * Ns[i]));
+        CU_OK(cuMemcpyHtoD(dsc[i], &scales[i], 4));
+        args.out[i] = (memra_mmvq_out){.w = dptr(dw[i]), .y = dptr(dy[i]), .qtype = qts[i],
+                                       .n_out = Ns[i], .row_bytes = rb, .mode = modes[i],
+                                       .scale = i ? dptr(dsc[i]) : NULL};
+    }
+    long bad = 0, pairs = 0;
+    static const int Bs[3] = {1, 5, 16};
+    for (int bi = 0; bi < 3; bi++)
+        for (int ks = 0; ks <= 1; ks++) { /* auto (4 for these 33 tiles), then forced 1 */
+            const int B = Bs[bi];
+            args.b = B;
+            for (int i = 0; i < 3; i++)
+                CU_OK(cuMemcpyHtoD(dy[i], yinit[i], (size_t)16 * Ns[i] * 4));
+            int used;
+            mmvq_run(&args, ks, &used);
+            for (int i = 0; i < 3; i++) {
+                CU_OK(cuMemcpyDtoH(y[i], dy[i], (size_t)B * Ns[i] * 4));
+                for (int k = 0; k < B * Ns[i]; k++, pairs++) {
+                    const float v = ref[i][k] * scales[i];
+                    const float want = modes[i] ? yinit[i][k] + v : v;
+                    const int nblk = K / memra_quant_dot_block_elems((memra_qtype)qts[i]);
+                    const double tol = used == 1 ? 0.0
+                                                 : 2.0 * 1.001 * (nblk - 1) * 0x1p-24 *
+                                                           sabs[i][k] * fabsf(scales[i]) +
+                                                       0x1p-24 * fabs(v) + 0x1p-23 * fabs(want);
+                    const int ok = used == 1 ? memcmp(&y[i][k], &want, 4) == 0
+                                             : fabs((double)y[i][k] - want) <= tol;
+                    if (!ok && bad++ < 6)
+                        printf("  FAIL merged B=%d ksplit=%d weight %d [%d]: gpu %.9g want %.9g "
+                               "tol %.3g\n",
+                               B, used, i, k, y[i][k], want, tol);
+                }
+            }
+        }
+    /* isolation: B = 16 rows vs B = 1 per row (auto ksplit), y reset before each launch */
+    long iso_bad = 0;
+    args.b = 16;
+    for (int i = 0; i < 3; i++)
+        CU_OK(cuMemcpyHtoD(dy[i], yinit[i], (size_t)16 * Ns[i] * 4));
+    mmvq_run(&args, 0, NULL);
+    for (int i = 0; i < 3; i++)
+        CU_OK(cuMemcpyDtoH(y[i], dy[i], (size_t)16 * Ns[i] * 4));
+    const size_t rowa = (size_t)(K / 32) * sizeof(memra_block_q8_1);
+    for (int b = 0; b < 16; b++) {
+        memra_mmvq_args one = args;
+        one.b = 1;
+        one.a = dptr(da + b * rowa);
+        for (int i = 0; i < 3; i++) {
+            one.out[i].y = dptr(dy[i] + (size_t)b * Ns[i] * 4);
+            CU_OK(cuMemcpyHtoD(dy[i] + (size_t)b * Ns[i] * 4, yinit[i] + (size_t)b * Ns[i],
+                               (size_t)Ns[i] * 4));
+        }
+        mmvq_run(&one, 0, NULL);
+    }
+    for (int i = 0; i < 3; i++) {
+        CU_OK(cuMemcpyDtoH(y1[i], dy[i], (size_t)16 * Ns[i] * 4));
+        iso_bad += memcmp(y[i], y1[i], (size_t)16 * Ns[i] * 4) != 0;
+    }
+    printf("TABLE|mmvq merged q4_K+q6_K(add,x0.5)+q8_0(x-1.25): %ld/%ld ok, isolation %s\n",
+           pairs - bad, pairs, iso_bad ? "FAIL" : "ok");
+    for (int i = 0; i < 3; i++) {
+        CU_OK(cuMemFree(dw[i]));
+        CU_OK(cuMemFree(dy[i]));
+        CU_OK(cuMemFree(dsc[i]));
+        free(w[i]), free(ref[i]), free(sabs[i]), free(yinit[i]), free(y[i]), free(y1[i]);
+    }
+    CU_OK(cuMemFree(da));
+    free(x), free(a);
+    ck_assert_msg(bad == 0 && iso_bad == 0, "merged: %ld wrong, %ld isolation", bad, iso_bad);
+}
+END_TEST
+
+/* ------------------------------------- q8_1 quantizer ------------------------------------- */
+
+/* x [rows, n] with the cases spec §6.3 names: zeros, exact ties (amax 127 so d = 1), a
+ * negative extremal element, values whose d is not an fp16, huge (1e30) and subnormal
+ * (1e-40) inputs, a +Inf, and a tail when n is not a multiple of 32. */
+static void fill_quant_cases(float *x, int rows, int n, tu_rng *r)
+{
+    fill_acts(x, rows, n, r);
+    for (int b = 0; b < rows; b++) {
+        float *xr = x + (size_t)b * n;
+        for (int j = 96; j < n && j < 128; j++) /* negative extremal, d not an fp16 */
+            xr[j] = j == 100 ? -100.3f : tu_rng_normal(r);
+        for (int j = 128; j < n && j < 160; j++)
+            xr[j] = 1e30f * tu_rng_normal(r);
+        for (int j = 160; j < n && j < 192; j++)
+            xr[j] = 1e-40f * tu_rng_normal(r);
+        if (n > 200)
+            xr[200] = INFINITY;
+        for (int j = 224; j < n && j < 256; j++) /* ties at d = 1 */
+            xr[j] = j == 224 ? 127.0f : (float)(j % 7) - 2.5f;
+    }
+}
+
+START_TEST(test_quantize_q8_1_bytes)
+{
+    GPU_OR_SKIP();
+    static const int ns[] = {32, 96, 4096, 4100, 14336};
+    CUfunction f = kernel("quantize_q8_1");
+    tu_rng rng;
+    tu_rng_seed(&rng, 777);
+    long blocks = 0, bad = 0;
+    for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++)
+        for (int rows = 1; rows <= 16; rows += 15) {
+            const int n = ns[i], nb = (n + 31) / 32;
+            float *x = malloc((size_t)rows * n * 4);
+            memra_block_q8_1 *want = malloc((size_t)rows * nb * 36), *got = malloc((size_t)rows * nb * 36);
+            fill_quant_cases(x, rows, n, &rng);
+            for (int b = 0; b < rows; b++)
+                memra_quantize_q8_1(x + (size_t)b * n, want + (size_t)b * nb, n);
+            CUdeviceptr dx = dalloc((size_t)rows * n * 4), dq = dalloc((size_t)rows * nb * 36);
+            CU_OK(cuMemcpyHtoD(dx, x, (size_t)rows * n * 4));
+            CU_OK(cuMemsetD8(dq, 0xA5, (size_t)rows * nb * 36));
+            void *params[] = {&dx, &dq, (void *)&n, &rows};
+            const unsigned grid = (unsigned)((rows * nb + 7) / 8);
+            CU_OK(cuLaunchKernel(f, grid, 1, 1, 256, 1, 1, 0, G.st, params, NULL));
+            CU_OK(cuMemcpyDtoH(got, dq, (size_t)rows * nb * 36));
+            for (int k = 0; k < rows * nb; k++, blocks++)
+                if (memcmp(&got[k], &want[k], 36) != 0 && bad++ < 4)
+                    printf("  FAIL q8_1 n=%d rows=%d block %d: gpu d %04x s %04x q0 %d, cpu d %04x "
+                           "s %04x q0 %d\n",
+                           n, rows, k, got[k].d, got[k].s, got[k].qs[0], want[k].d, want[k].s,
+                           want[k].qs[0]);
+            CU_OK(cuMemFree(dx));
+            CU_OK(cuMemFree(dq));
+            free(x), free(want), free(got);
+        }
+    printf("TABLE|quantize_q8_1: %ld/%ld blocks byte-identical to memra_quantize_q8_1\n",
+           blocks - bad, blocks);
+    ck_assert_msg(bad == 0, "%ld q8_1 blocks differ", bad);
+}
+END_TEST
+
+/* ---------------------------------------- bandwidth --------------------------------------- */
+
+static float median(float *v, int n)
+{
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && v[j - 1] > v[j]; j--) {
+            const float t = v[j];
+            v[j] = v[j - 1];
+            v[j - 1] = t;
+        }
+    return v[n / 2];
+}
+
+enum { BENCH_REPS = 15 };
+
+/* Median ms of BENCH_REPS mmvq launches whose weights start at successive offsets of the
+ * 1 GB buffer, so a matrix smaller than L2 is still read from HBM. */
+static float bench_mmvq(CUdeviceptr wbuf, size_t wcap, CUdeviceptr da, CUdeviceptr dy, int qt,
+                        int K, int N, int B, CUevent e0, CUevent e1)
+{
+    const size_t rb = memra_quant_row_bytes((memra_qtype)qt, K);
+    const size_t stride = (rb * N + 255) / 256 * 256, nmat = wcap / stride;
+    ck_assert(nmat >= 1);
+    memra_mmvq_args args = {.a = dptr(da), .n_in = K, .b = B, .n_w = 1};
+    args.out[0] = (memra_mmvq_out){.y = dptr(dy), .qtype = qt, .n_out = N, .row_bytes = rb};
+    float ms[BENCH_REPS];
+    for (int it = -2; it < BENCH_REPS; it++) {
+        args.out[0].w = dptr(wbuf + (size_t)(it + 2) % nmat * stride);
+        CU_OK(cuEventRecord(e0, G.st));
+        mmvq_run(&args, 0, NULL);
+        CU_OK(cuEventRecord(e1, G.st));
+        CU_OK(cuEventSynchronize(e1));
+        if (it >= 0)
+            CU_OK(cuEventElapsedTime(&ms[it], e0, e1));
+    }
+    return median(ms, BENCH_REPS);
+}
+
+START_TEST(test_bandwidth)
+{
+    GPU_OR_SKIP();
+    if (env_on("MEMRA_GPU_NO_BENCH")) {
+        printf("SKIP bandwidth: MEMRA_GPU_NO_BENCH\n");
+        return;
+    }
+    const size_t cap = (size_t)1 << 30;
+    CUdeviceptr wbuf = dalloc(cap), dst = dalloc(cap);
+    CUdeviceptr da = dalloc((size_t)16 * 14336 / 32 * 36), dy = dalloc((size_t)16 * 600000 * 4);
+    {
+        /* random bytes (never time on zeros): 64 MB generated once, tiled over the buffer */
+        const size_t chunk = (size_t)64 << 20;
+        uint64_t *h = malloc(chunk);
+        tu_rng rng;
+        tu_rng_seed(&rng, 99);
+        for (size_t i = 0; i < chunk / 8; i++)
+            h[i] = tu_rng_u64(&rng);
+        for (size_t off = 0; off < cap; off += chunk)
+            CU_OK(cuMemcpyHtoD(wbuf + off, h, chunk));
+        float *x = malloc((size_t)16 * 14336 * 4);
+        memra_block_q8_1 *a = malloc((size_t)16 * 14336 / 32 * 36);
+        fill_acts(x, 16, 14336, &rng);
+        for (int b = 0; b < 16; b++)
+            memra_quantize_q8_1(x + (size_t)b * 14336, a + (size_t)b * 448, 14336);
+        CU_OK(cuMemcpyHtoD(da, a, (size_t)16 * 14336 / 32 * 36));
+        free(h), free(x), free(a);
+    }
+    CUevent e0, e1;
+    CU_OK(cuEventCreate(&e0, CU_EVENT_DEFAULT));
+    CU_OK(cuEventCreate(&e1, CU_EVENT_DEFAULT));
+    float ms[BENCH_REPS];
+    for (int it = -2; it < BENCH_REPS; it++) {
+        CU_OK(cuEventRecord(e0, G.st));
+        CU_OK(cuMemcpyDtoDAsync(dst, wbuf, cap, G.st));
+        CU_OK(cuEventRecord(e1, G.st));
+        CU_OK(cuEventSynchronize(e1));
+        if (it >= 0)
+            CU_OK(cuEventElapsedTime(&ms[it], e0, e1));
+    }
+    const double copy_gbs = 2.0 * (double)cap / (median(ms, BENCH_REPS) * 1e-3) / 1e9;
+    printf("TABLE|bandwidth: device-to-device copy of 1 GiB: %.0f GB/s (read + write)\n",
+           copy_gbs);
+    printf("TABLE|%-7s %6s %7s %3s %9s %8s %7s\n", "qtype", "K", "N", "B", "time_us", "GB/s",
+           "vs_copy");
+    static const int types[] = {MEMRA_QT_Q4_K, MEMRA_QT_Q6_K, MEMRA_QT_Q8_0, MEMRA_QT_Q4_0,
+                                MEMRA_QT_IQ4_XS, MEMRA_QT_NVFP4, MEMRA_QT_F16};
+    static const int Bs[] = {1, 2, 4, 8, 16};
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
+        for (size_t bi = 0; bi < sizeof Bs / sizeof Bs[0]; bi++) {
+            const int qt = types[ti], K = 4096;
+            const size_t rb = memra_quant_row_bytes((memra_qtype)qt, K);
+            int N = (int)(((size_t)1000000000 / rb) / 16 * 16);
+            if (N > 600000)
+                N = 600000;
+            if (ti > 0 && Bs[bi] != 1 && Bs[bi] != 16)
+                continue;
+            const float t = bench_mmvq(wbuf, cap, da, dy, qt, K, N, Bs[bi], e0, e1);
+            const double gbs = (double)rb * N / (t * 1e-3) / 1e9;
+            printf("TABLE|%-7s %6d %7d %3d %9.1f %8.0f %6.0f%%\n", memra_qtype_get(qt)->name, K,
+                   N, Bs[bi], t * 1e3, gbs, 100.0 * gbs / copy_gbs);
+        }
+    /* decode-sized Q4_K matrices (weights rotated through the 1 GiB buffer, so from HBM) */
+    static const int shapes[][2] = {{4096, 4096}, {4096, 12288}, {12288, 4096}, {4096, 1024}};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+        for (int B = 1; B <= 16; B += 15) {
+            const int K = shapes[si][0], N = shapes[si][1];
+            const float t = bench_mmvq(wbuf, cap, da, dy, MEMRA_QT_Q4_K, K, N, B, e0, e1);
+            const double gbs =
+                (double)memra_quant_row_bytes(MEMRA_QT_Q4_K, K) * N / (t * 1e-3) / 1e9;
+            printf("TABLE|%-7s %6d %7d %3d %9.1f %8.0f %6.0f%%\n", "q4_K", K, N, B, t * 1e3, gbs,
+                   100.0 * gbs / copy_gbs);
+        }
+    CU_OK(cuEventDestroy(e0));
+    CU_OK(cuEventDestroy(e1));
+    CU_OK(cuMemFree(wbuf));
+    CU_OK(cuMemFree(dst));
+    CU_OK(cuMemFree(da));
+    CU_OK(cuMemFree(dy));
+}
+END_TEST
+
+/* Without a driver or a device every test says SKIP and passes; the skip path itself must
+ * not crash or leave state behind. */
+/* A crash in this binary prints where (the output of a GPU run is all there is). */
+static void on_crash(int sig)
+{
+    void *frames[48];
+    const int n = backtrace(frames, 48);
+    fprintf(stderr, "memra-gpu-tests: signal %d, backtrace:\n", sig);
+    backtrace_symbols_fd(frames, n, 2);
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+START_TEST(test_device_or_skip)
+{
+    setvbuf(stdout, NULL, _IONBF, 0);
+    signal(SIGSEGV, on_crash);
+    signal(SIGABRT, on_crash);
+    signal(SIGBUS, on_crash);
+    if (!gpu_ready()) {
+        printf("SKIP %s: %s\n", __func__, G.why);
+        ck_assert(G.why[0] != '\0');
+        return;
+    }
+    ck_assert_int_ge(G.sm, 90);
+    ck_assert_int_eq(memra_kernel_cache_sm(G.kc), G.sm);
+}
+END_TEST
+
+Suite *make_mmvq_gpu_suite(void)
+{
+    Suite *s = suite_create("mmvq_gpu");
+    TCase *tc = tcase_create("gpu");
+    tcase_set_timeout(tc, 3600);
+    tcase_add_test(tc, test_device_or_skip);
+    tcase_add_test(tc, test_prewarm);
+    tcase_add_test(tc, test_quantize_q8_1_bytes);
+    tcase_add_loop_test(tc, test_mmvq_qtype, 0, N_TYPES);
+    tcase_add_test(tc, test_mmvq_merged);
+    tcase_add_test(tc, test_bandwidth);
+    suite_add_tcase(s, tc);
+    return s;
+}

@@ -1,0 +1,73 @@
+/*
+ * cuda_ops.h — the CUDA entry points of the nvcc-compiled ops (kernels/<op>.cu): embed,
+ * rms_norm_q8, attn_prep, attn_decode, gdn_step, silu_mul_q8, moe_route, sample.
+ *
+ * Each entry takes the op's args struct (kernels/<op>.h, the same struct the CPU reference
+ * takes) with every pointer, pointer-table entry included, a DEVICE address, and enqueues the
+ * op on stream s (capturable into a CUDA graph: no host synchronisation, no allocation, no
+ * launch geometry that depends on device data). It returns MEMRA_OK,
+ * MEMRA_ERR_INVALID_ARG (the op's memra_<op>_check() rejected the args; call it for the
+ * reason) or MEMRA_ERR_CUDA (a launch failed; memra_cuda_ops_error() names the CUDA error).
+ *
+ * Must not: read device memory on the host, synchronise, or keep state between calls.
+ * Invariants (the exactness contract, notes/ops-design.md): row b's result depends only on
+ * row b's inputs, with a per-row reduction order fixed by the op's shape arguments and never
+ * by b or by other rows; no float atomics; every q8_1 output is produced by the shared warp
+ * quantizer of nvrtc_templates/quantize_q8_1.cuh, so its bytes equal memra_quantize_q8_1 of
+ * the same floats. Every kernel starts with griddepcontrol.wait and is launched with
+ * programmatic stream serialisation (PDL), so it may be scheduled while its predecessor
+ * drains but reads nothing before that predecessor has finished.
+ *
+ * Device pointers and pointer-table bases must be 16-byte aligned (cudaMalloc and the slot
+ * pool give 256). A misaligned KV-cache row base makes attn_decode produce a zero row for
+ * that row instead of faulting.
+ */
+#ifndef MEMRA_KERNEL_CUDA_OPS_H
+#define MEMRA_KERNEL_CUDA_OPS_H
+
+#include <cuda_runtime_api.h>
+
+#include "attn_decode.h"
+#include "attn_prep.h"
+#include "embed.h"
+#include "gdn_step.h"
+#include "moe_route.h"
+#include "rms_norm_q8.h"
+#include "sample.h"
+#include "silu_mul_q8.h"
+
+/* attn_decode: keys per split below which a row uses fewer splits. A row of length len uses
+ * nsplit = clamp(ceil(len / MEMRA_ATTN_SPLIT_KEYS), 1, max_split) splits of
+ * ceil(ceil(len / nsplit) / 16) * 16 keys (the last one shorter or empty). */
+#define MEMRA_ATTN_SPLIT_KEYS 256
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+int memra_embed_cuda(const memra_embed_args *a, cudaStream_t s);
+int memra_rms_norm_q8_cuda(const memra_rms_norm_q8_args *a, cudaStream_t s);
+int memra_attn_prep_cuda(const memra_attn_prep_args *a, cudaStream_t s);
+/* Two kernels: per-split partials into a->scratch, then the fixed-order combine (+ gate,
+ * + q8_1). a->scratch is required here (the CPU reference ignores it). */
+int memra_attn_decode_cuda(const memra_attn_decode_args *a, cudaStream_t s);
+int memra_gdn_step_cuda(const memra_gdn_step_args *a, cudaStream_t s);
+int memra_silu_mul_q8_cuda(const memra_silu_mul_q8_args *a, cudaStream_t s);
+int memra_moe_route_cuda(const memra_moe_route_args *a, cudaStream_t s);
+/* a->scratch is required when n_vocab > MEMRA_SAMPLE_SMEM_VOCAB (the p values of rows too
+ * large for shared memory live there); otherwise it may be NULL. */
+int memra_sample_cuda(const memra_sample_args *a, cudaStream_t s);
+
+/* Rows of at most this many logits are sampled entirely in shared memory (8 CTAs of one
+ * cluster hold 1/8 each). */
+#define MEMRA_SAMPLE_SMEM_VOCAB (8 * 48 * 1024)
+
+/* Reason of this thread's last MEMRA_ERR_CUDA / MEMRA_ERR_INVALID_ARG from an entry above
+ * (static text or the CUDA error string); "" when none. */
+const char *memra_cuda_ops_error(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,55 @@
+/*
+ * rms_norm_q8.cu — CUDA rms_norm_q8 (contract: kernels/rms_norm_q8.h):
+ * y = q8_1(w * (x * (1 / sqrtf(mean(x^2) + eps)))), optionally also the f32 y.
+ *
+ * One CTA of 1024 threads per row. The sum of squares is accumulated in f64 like the CPU
+ * reference (each x^2 is exact in f64) in a fixed order: thread-strided partial sums, then
+ * the block butterfly. The reference sums in increasing j, so the f64 sums may differ in
+ * their last bits; after the rounding to f32 of ss / n they agree except when ss / n lies
+ * within ~n * 2^-53 (relative) of an f32 rounding boundary. Everything after the sum is the
+ * reference's f32 sequence, and the q8_1 blocks come from the shared warp quantizer.
+ * Must not: depend on b (one CTA per row, fixed blockDim).
+ */
+#include "cuda_common.cuh"
+#include "cuda_ops.h"
+
+namespace {
+
+constexpr int kThreads = 1024;
+
+__global__ void __launch_bounds__(kThreads) rms_norm_q8_kernel(memra_rms_norm_q8_args a)
+{
+    __shared__ double red[33];
+    const int b = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const float *x = a.x + (size_t)b * (size_t)a.n; /* [n] */
+    pdl_wait();
+    double ss = 0.0;
+    for (int j = threadIdx.x; j < a.n; j += kThreads)
+        ss += (double)x[j] * (double)x[j];
+    ss = block_sum_f64(ss, red);
+    const float mean = (float)(ss / (double)a.n);
+    const float scale = 1.0f / sqrtf(mean + a.eps); /* eps inside the sqrt, added to the mean */
+    const int nblk = a.n / 32;
+    u8 *yq = (u8 *)a.y_q + (size_t)b * (size_t)nblk * Q8_1_BYTES;
+    for (int k = warp; k < nblk; k += kThreads / 32) {
+        const int j = 32 * k + lane;
+        const float y = __fmul_rn(a.w[j], __fmul_rn(x[j], scale));
+        q8_1_quantize_warp(y, lane, yq + (size_t)k * Q8_1_BYTES);
+        if (a.y_f32)
+            a.y_f32[(size_t)b * (size_t)a.n + (size_t)j] = y;
+    }
+    pdl_launch_dependents();
+}
+
+} /* namespace */
+
+extern "C" int memra_rms_norm_q8_cuda(const memra_rms_norm_q8_args *a, cudaStream_t s)
+{
+    if (!a)
+        return cuda_ops_invalid("rms_norm_q8: null args");
+    const char *why = memra_rms_norm_q8_check(a);
+    if (why)
+        return cuda_ops_invalid(why);
+    return cuda_ops_result(
+        cuda_ops_launch(rms_norm_q8_kernel, dim3(a->b), dim3(kThreads), 0, s, 1, *a));
+}

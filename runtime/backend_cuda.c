@@ -1,0 +1,1293 @@
+/*
+ * backend_cuda.c — the CUDA backend (see backend_cuda.h for the concept and the contract).
+ *
+ * Invariants after memra_cuda_backend_open:
+ *   - plans[t * n_stages + s] is the validated plan of manifest tier t, stage s, with its own
+ *     pinned tick block, the device copy of it, and one bound launch per plan launch whose
+ *     args hold device pointers only (arena, weights region, device tick block);
+ *   - arena[s] fits every tier's plan of stage s (plans run one at a time on one stream);
+ *   - every weight a plan references has one device copy (wdev), uploaded before any launch;
+ *   - with opts.graphs, tiers[t].graph replays enqueue_tier(t) exactly;
+ *   - sessions[i] describes slot i (session id == slot index), as in the CPU backend;
+ *   - after a step returns, no device work is in flight (the pinned blocks may be rewritten).
+ * Sections: helpers -> op table -> weights -> open/close -> enqueue + capture -> sessions ->
+ * step -> readout.
+ */
+#include "backend_cuda.h"
+
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "attn_decode.h"
+#include "attn_prep.h"
+#include "cuda_ops.h"
+#include "cuda_util.h"
+#include "embed.h"
+#include "gdn_step.h"
+#include "graph.h"
+#include "mmvq.h"
+#include "mmvq_moe.h"
+#include "moe_down.h"
+#include "moe_route.h"
+#include "nvrtc.h"
+#include "quant.h"
+#include "rms_norm_q8.h"
+#include "silu_mul_q8.h"
+#include "slots.h"
+#include "tick.h"
+
+/* ====================================== helpers ====================================== */
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+static uint64_t align256(uint64_t x) { return (x + 255) / 256 * 256; }
+
+/* ====================================== op table ====================================== */
+
+typedef union op_args {
+    memra_embed_args embed;
+    memra_rms_norm_q8_args rms_norm_q8;
+    memra_mmvq_args mmvq;
+    memra_attn_prep_args attn_prep;
+    memra_attn_decode_args attn_decode;
+    memra_gdn_step_args gdn_step;
+    memra_silu_mul_q8_args silu_mul_q8;
+    memra_moe_route_args moe_route;
+    memra_mmvq_moe_args mmvq_moe;
+    memra_moe_down_args moe_down;
+    memra_sample_args sample;
+} op_args;
+
+/* What binding needs: the plan, its stage's device arena, the device view of its tick
+ * block, the device address of each of its weights, the context length. */
+typedef struct bind_ctx {
+    const memra_plan *p;
+    uint8_t *arena;          /* device */
+    const memra_tick *tick;  /* views of the DEVICE tick block (device addresses) */
+    const void *const *wdev; /* [p->n_weights] device addresses */
+    uint32_t n_ctx;
+} bind_ctx;
+
+typedef void (*bind_fn)(const bind_ctx *c, const memra_plan_arg *a, op_args *out);
+typedef int (*run_fn)(const op_args *a, cudaStream_t s);
+
+typedef struct op_impl {
+    bind_fn bind;
+    const char *(*check)(const op_args *a);
+    run_fn run; /* nvcc-compiled kernel (kernels/cuda_ops.h); NULL for mmvq (NVRTC) and for
+                   ops without a CUDA kernel yet */
+} op_impl;
+
+/* --- arg accessors (the validator guarantees kinds; absent optional args give NULL) --- */
+
+static void *buf(const bind_ctx *c, const memra_plan_arg *a)
+{
+    return a->kind == MEMRA_ARG_BUF ? c->arena + a->offset : NULL;
+}
+
+static const memra_gguf_tensor *wt(const bind_ctx *c, const memra_plan_arg *a)
+{
+    return a->kind == MEMRA_ARG_WEIGHT ? c->p->weights[a->index].tensor : NULL;
+}
+
+static const void *wdata(const bind_ctx *c, const memra_plan_arg *a)
+{
+    return a->kind == MEMRA_ARG_WEIGHT ? c->wdev[a->index] : NULL;
+}
+
+static int32_t wtype(const bind_ctx *c, const memra_plan_arg *a)
+{
+    const memra_gguf_tensor *t = wt(c, a);
+    return t ? (int32_t)t->type : -1;
+}
+
+/* Bytes of one row (ne[0] elements) of a weight; 0 when absent. */
+static uint64_t wrow(const bind_ctx *c, const memra_plan_arg *a)
+{
+    const memra_gguf_tensor *t = wt(c, a);
+    return t ? memra_quant_row_bytes((memra_qtype)t->type, t->ne[0]) : 0;
+}
+
+static const uint64_t *state(const bind_ctx *c, const memra_plan_arg *a)
+{
+    return a->kind == MEMRA_ARG_STATE ? memra_tick_region_row(c->tick, a->index) : NULL;
+}
+
+static void *tickf(const bind_ctx *c, const memra_plan_arg *a)
+{
+    return a->kind == MEMRA_ARG_TICK ? memra_tick_field_ptr(c->tick, a->index) : NULL;
+}
+
+static int32_t ival(const memra_plan_arg *a) { return a->kind == MEMRA_ARG_INT ? (int32_t)a->i : 0; }
+
+static int32_t kv_qtype(const memra_plan_arg *a)
+{
+    return a->dtype == MEMRA_DT_F16 ? MEMRA_QT_F16 : a->dtype == MEMRA_DT_Q8_0 ? MEMRA_QT_Q8_0 : -1;
+}
+
+/* ------------------------------------- binders ------------------------------------- */
+/* The same field mapping as backend_cpu.c's binders (one catalog, one args struct per op);
+ * only where pointers point differs: device arena, device weights, device tick block. */
+
+static void bind_embed(const bind_ctx *c, const memra_plan_arg *a, op_args *o)
+{
+    o->embed = (memra_embed_args){
+        .table = wdata(c, &a[MEMRA_EMBED_TABLE]), .tokens = tickf(c, &a[MEMRA_EMBED_TOKENS]),
+        .x = buf(c, &a[MEMRA_EMBED_X]), .qtype = wtype(c, &a[MEMRA_EMBED_TABLE]),
+        .n_embd = ival(&a[MEMRA_EMBED_N_EMBD]), .n_vocab = ival(&a[MEMRA_EMBED_N_VOCAB]),
+        .b = (int32_t)c->p->tier, .row_bytes = wrow(c, &a[MEMRA_EMBED_TABLE])};
+}
+
+static void bind_rms_norm_q8(const bind_ctx *c, const memra_plan_arg *a, op_args *o)
+{
+    o->rms_norm_q8 = (memra_rms_norm_q8_args){
+        .x = buf(c, &a[MEMRA_RMS_NORM_Q8_X]), .w = wdata(c, &a[MEMRA_RMS_NORM_Q8_W]),
+        .y_q = buf(c, &a[MEMRA_RMS_NORM_Q8_Y]), .y_f32 = buf(c, &a[MEMRA_RMS_NORM_Q8_Y_F32]),
+        .n = ival(&a[MEMRA_RMS_NORM_Q8_N]), .b = (int32_t)c->p->tier,
+        .eps = a[MEMRA_RMS_NORM_Q8_EPS].f};
+}
+
+static void bind_mmvq(const bind_ctx *c, const memra_plan_arg *a, op_args *o)
+{
+    static const int w[4] = {MEMRA_MMVQ_W0, MEMRA_MMVQ_W1, MEMRA_MMVQ_W2, MEMRA_MMVQ_W3};
+    static const int y[4] = {MEMRA_MMVQ_OUT0, MEMRA_MMVQ_OUT1, MEMRA_MMVQ_OUT2, MEMRA_MMVQ_OUT3};
+    static const int n[4] = {MEMRA_MMVQ_N0, MEMRA_MMVQ_N1, MEMRA_MMVQ_N2, MEMRA_MMVQ_N3};
+    static const int m[4] = {MEMRA_MMVQ_MODE0, MEMRA_MMVQ_MODE1, MEMRA_MMVQ_MODE2, MEMRA_MMVQ_MODE3};
+    static const int s[4] = {MEMRA_MMVQ_SCALE0, MEMRA_MMVQ_SCALE1, MEMRA_MMVQ_SCALE2, MEMRA_MMVQ_SCALE3};
+    memset(&o->mmvq, 0, sizeof o->mmvq);
+    o->mmvq.a = buf(c, &a[MEMRA_MMVQ_A]);
+    o->mmvq.n_in = ival(&a[MEMRA_MMVQ_K]);
+    o->mmvq.b = (int32_t)c->p->tier;
+    for (int i = 0; i < 4 && a[w[i]].kind == MEMRA_ARG_WEIGHT; i++) {
+        o->mmvq.out[i] = (memra_mmvq_out){
+            .w = wdata(c, &a[w[i]]), .scale = wdata(c, &a[s[i]]), .y = buf(c, &a[y[i]]),
+            .qtype = wtype(c, &a[w[i]]), .n_out = ival(&a[n[i]]), .mode = ival(&a[m[i]]),
+            .row_bytes = wrow(c, &a[w[i]])};
+        o->mmvq.n_w = i + 1;
+    }
+}
+
+static void bind_attn_prep(const bind_ctx *c, const memra_plan_arg *a, op_args *o)
+{
+    o->attn_prep = (memra_attn_prep_args){
+        .qg = buf(c, &a[MEMRA_ATTN_PREP_QG]), .k = buf(c, &a[MEMRA_ATTN_PREP_K]),
+        .v = buf(c, &a[MEMRA_ATTN_PREP_V]), .q_norm = wdata(c, &a[MEMRA_ATTN_PREP_Q_NORM]),
+        .k_norm = wdata(c, &a[MEMRA_ATTN_PREP_K_NORM]),
+        .positions = tickf(c, &a[MEMRA_ATTN_PREP_POSITIONS]),
+        .k_cache = state(c, &a[MEMRA_ATTN_PREP_K_CACHE]),
+        .v_cache = state(c, &a[MEMRA_ATTN_PREP_V_CACHE]), .q = buf(c, &a[MEMRA_ATTN_PREP_Q]),
+        .n_head = ival(&a[MEMRA_ATTN_PREP_N_HEAD]), .n_head_kv = ival(&a[MEMRA_ATTN_PREP_N_HEAD_KV]),
+        .head_dim = ival(&a[MEMRA_ATTN_PREP_HEAD_DIM]), .n_rot = ival(&a[MEMRA_ATTN_PREP_N_ROT]),
+        .sections = {ival(&a[MEMRA_ATTN_PREP_SECT0]), ival(&a[MEMRA_ATTN_PREP_SECT1]),
+                     ival(&a[MEMRA_ATTN_PREP_SECT2]), ival(&a[MEMRA_ATTN_PREP_SECT3])},
+        .kv_type = kv_qtype(&a[MEMRA_ATTN_PREP_K_CACHE]), .n_ctx = (int32_t)c->n_ctx,
+        .b = (int32_t)c->p->tier, .eps = a[MEMRA_ATTN_PREP_EPS].f,
+        .freq_base = a[MEMRA_ATTN_PREP_ROPE_BASE].f, .freq_scale = a[MEMRA_ATTN_PREP_FREQ_SCALE].f};
+}
+
+static void bind_attn_decode(const bind_ctx *c, const memra_plan_arg *a, op_args *o)
+{
+    o->attn_decode = (memra_attn_decode_args){
+        .q = buf(c, &a[MEMRA_ATTN_DECODE_Q]), .qg = buf(c, &a[MEMRA_ATTN_DECODE_QG]),
+        .positions = tickf(c, &a[MEMRA_ATTN_DECODE_POSITIONS]),
+        .k_cache = state(c, &a[MEMRA_ATTN_DECODE_K_CACHE]),
+        .v_cache = state(c, &a[MEMRA_ATTN_DECODE_V_CACHE]),
+        .scratch = buf(c, &a[MEMRA_ATTN_DECODE_SCRATCH]), .y_q = buf(c, &a[MEMRA_ATTN_DECODE_O]),
+        .n_head = ival(&a[MEMRA_ATTN_DECODE_N_HEAD]),
+        .n_head_kv = ival(&a[MEMRA_ATTN_DECODE_N_HEAD_KV]),
+        .head_dim = ival(&a[MEMRA_ATTN_DECODE_HEAD_DIM]),
+        .kv_type = kv_qtype(&a[MEMRA_ATTN_DECODE_K_CACHE]), .n_ctx = (int32_t)c->n_ctx,
+        .max_split = ival(&a[MEMRA_ATTN_DECODE_MAX_SPLIT]), .b = (int32_t)c->p->tier,
+        .scale = a[MEMRA_ATTN_DECODE_SCALE].f};
+}
+
+static void bind_gdn_step(const bind_ctx *c, const memra_plan_arg *a, op_args *o)
+{
+    o->gdn_step = (memra_gdn_step_args){
+        .qkv = buf(c, &a[MEMRA_GDN_STEP_QKV]), .z = buf(c, &a[MEMRA_GDN_STEP_Z]),
+        .beta = buf(c, &a[MEMRA_GDN_STEP_BETA]), .alpha = buf(c, &a[MEMRA_GDN_STEP_ALPHA]),
+        .conv_w = wdata(c, &a[MEMRA_GDN_STEP_CONV_W]), .dt_bias = wdata(c, &a[MEMRA_GDN_STEP_DT_BIAS]),
+        .ssm_a = wdata(c, &a[MEMRA_GDN_STEP_SSM_A]), .norm_w = wdata(c, &a[MEMRA_GDN_STEP_NORM]),
+        .conv_state = state(c, &a[MEMRA_GDN_STEP_CONV_STATE]),
+        .ssm_state = state(c, &a[MEMRA_GDN_STEP_SSM_STATE]), .y_q = buf(c, &a[MEMRA_GDN_STEP_O]),
+        .n_k_head = ival(&a[MEMRA_GDN_STEP_N_K_HEAD]), .n_v_head = ival(&a[MEMRA_GDN_STEP_N_V_HEAD]),
+        .head_k_dim = ival(&a[MEMRA_GDN_STEP_HEAD_K_DIM]),
+        .head_v_dim = ival(&a[MEMRA_GDN_STEP_HEAD_V_DIM]), .conv_k = ival(&a[MEMRA_GDN_STEP_CONV_K]),
+        .head_map = ival(&a[MEMRA_GDN_STEP_HEAD_MAP]), .b = (int32_t)c->p->tier,
+        .eps = a[MEMRA_GDN_STEP_EPS].f};
+}
+
+static void bind_silu_mul_q8(const bind_ctx *c, const memra_plan_arg *a, op_args *o)
+{
+    memset(&o->silu_mul_q8, 0, sizeof o->silu_mul_q8);
+    o->silu_mul_q8.b = (int32_t)c->p->tier;
+    o->silu_mul_q8.n_slots = a[MEMRA_SILU_MUL_Q8_G1].kind == MEMRA_ARG_BUF ? 2 : 1;
+    o->silu_mul_q8.slot[0] = (memra_silu_mul_q8_slot){
+        .g = buf(c, &a[MEMRA_SILU_MUL_Q8_G0]), .u = buf(c, &a[MEMRA_SILU_MUL_Q8_U0]),
+        .y_q = buf(c, &a[MEMRA_SILU_MUL_Q8_Y0]), .n = ival(&a[MEMRA_SILU_MUL_Q8_N0]),
+        .m = ival(&a[MEMRA_SILU_MUL_Q8_M0])};
+    o->silu_mul_q8.slot[1] = (memra_silu_mul_q8_slot){
+        .g = buf(c, &a[MEMRA_SILU_MUL_Q8_G1]), .u = buf(c, &a[MEMRA_SILU_MUL_Q8_U1]),
+        .y_q = buf(c, &a[MEMRA_SILU_MUL_Q8_Y1]), .n = ival(&a[MEMRA_SILU_MUL_Q8_N1]),
+        .m = ival(&a[MEMRA_SILU_MUL_Q8_M1])};
+}
+
+static void bind_moe_route(const bind_ctx *c, const memra_plan_arg *a, op_args *o)
+{
+    o->moe_route = (memra_moe_route_args){
+        .logits = buf(c, &a[MEMRA_MOE_ROUTE_LOGITS]), .ids = buf(c, &a[MEMRA_MOE_ROUTE_IDS]),
+        .weights = buf(c, &a[MEMRA_MOE_ROUTE_WTS]), .n_expert = ival(&a[MEMRA_MOE_ROUTE_N_EXPERT]),
+        .n_used = ival(&a[MEMRA_MOE_ROUTE_N_USED]), .b = (int32_t)c->p->tier};
+}
+
+static void bind_mmvq_moe(const bind_ctx *c, const memra_plan_arg *a, op_args *o)
+{
+    static const int w[2] = {MEMRA_MMVQ_MOE_W0, MEMRA_MMVQ_MOE_W1};
+    static const int y[2] = {MEMRA_MMVQ_MOE_OUT0, MEMRA_MMVQ_MOE_OUT1};
+    static const int n[2] = {MEMRA_MMVQ_MOE_N0, MEMRA_MMVQ_MOE_N1};
+    static const int s[2] = {MEMRA_MMVQ_MOE_SCALE0, MEMRA_MMVQ_MOE_SCALE1};
+    memset(&o->mmvq_moe, 0, sizeof o->mmvq_moe);
+    o->mmvq_moe.a = buf(c, &a[MEMRA_MMVQ_MOE_A]);
+    o->mmvq_moe.ids = buf(c, &a[MEMRA_MMVQ_MOE_IDS]);
+    o->mmvq_moe.k = ival(&a[MEMRA_MMVQ_MOE_K]);
+    o->mmvq_moe.n_used = ival(&a[MEMRA_MMVQ_MOE_N_USED]);
+    o->mmvq_moe.n_expert = ival(&a[MEMRA_MMVQ_MOE_N_EXPERT]);
+    o->mmvq_moe.b = (int32_t)c->p->tier;
+    for (int i = 0; i < 2 && a[w[i]].kind == MEMRA_ARG_WEIGHT; i++) {
+        const uint64_t rb = wrow(c, &a[w[i]]);
+        o->mmvq_moe.out[i] = (memra_mmvq_moe_out){
+            .w = wdata(c, &a[w[i]]), .scale = wdata(c, &a[s[i]]), .y = buf(c, &a[y[i]]),
+            .qtype = wtype(c, &a[w[i]]), .n_out = ival(&a[n[i]]), .row_bytes = rb,
+            .expert_bytes = rb * (uint64_t)wt(c, &a[w[i]])->ne[1]};
+        o->mmvq_moe.n_w = i + 1;
+    }
+}
+
+static void bind_moe_down(const bind_ctx *c, const memra_plan_arg *a, op_args *o)
+{
+    const uint64_t rb = wrow(c, &a[MEMRA_MOE_DOWN_W]);
+    const memra_gguf_tensor *w = wt(c, &a[MEMRA_MOE_DOWN_W]);
+    o->moe_down = (memra_moe_down_args){
+        .a = buf(c, &a[MEMRA_MOE_DOWN_A]), .ids = buf(c, &a[MEMRA_MOE_DOWN_IDS]),
+        .wts = buf(c, &a[MEMRA_MOE_DOWN_WTS]), .w = wdata(c, &a[MEMRA_MOE_DOWN_W]),
+        .scale = wdata(c, &a[MEMRA_MOE_DOWN_SCALE]), .x = buf(c, &a[MEMRA_MOE_DOWN_X]),
+        .sh_a = buf(c, &a[MEMRA_MOE_DOWN_SH_A]), .sh_w = wdata(c, &a[MEMRA_MOE_DOWN_SH_W]),
+        .sh_scale = wdata(c, &a[MEMRA_MOE_DOWN_SH_SCALE]),
+        .sh_gate = buf(c, &a[MEMRA_MOE_DOWN_SH_GATE]), .row_bytes = rb,
+        .expert_bytes = w ? rb * (uint64_t)w->ne[1] : 0, .sh_row_bytes = wrow(c, &a[MEMRA_MOE_DOWN_SH_W]),
+        .qtype = wtype(c, &a[MEMRA_MOE_DOWN_W]), .sh_qtype = wtype(c, &a[MEMRA_MOE_DOWN_SH_W]),
+        .k = ival(&a[MEMRA_MOE_DOWN_K]), .n = ival(&a[MEMRA_MOE_DOWN_N]),
+        .n_used = ival(&a[MEMRA_MOE_DOWN_N_USED]), .n_expert = ival(&a[MEMRA_MOE_DOWN_N_EXPERT]),
+        .k_sh = ival(&a[MEMRA_MOE_DOWN_K_SH]), .b = (int32_t)c->p->tier};
+}
+
+static void bind_sample(const bind_ctx *c, const memra_plan_arg *a, op_args *o)
+{
+    o->sample = (memra_sample_args){
+        .logits = buf(c, &a[MEMRA_SAMPLE_LOGITS]), .params = tickf(c, &a[MEMRA_SAMPLE_PARAMS]),
+        .out_tokens = tickf(c, &a[MEMRA_SAMPLE_OUT_TOKENS]), .scratch = buf(c, &a[MEMRA_SAMPLE_SCRATCH]),
+        .n_vocab = ival(&a[MEMRA_SAMPLE_N_VOCAB]), .b = (int32_t)c->p->tier};
+}
+
+/* check/run wrappers over the typed functions of kernels/<op>.h and kernels/cuda_ops.h */
+#define OP_CHECK(op)                                                                               \
+    static const char *check_##op(const op_args *a) { return memra_##op##_check(&a->op); }
+#define OP_CUDA(op)                                                                                \
+    OP_CHECK(op)                                                                                   \
+    static int run_##op(const op_args *a, cudaStream_t s) { return memra_##op##_cuda(&a->op, s); }
+OP_CUDA(embed)
+OP_CUDA(rms_norm_q8)
+OP_CHECK(mmvq)
+OP_CUDA(attn_prep)
+OP_CUDA(attn_decode)
+OP_CUDA(gdn_step)
+OP_CUDA(silu_mul_q8)
+OP_CUDA(moe_route)
+OP_CHECK(mmvq_moe) /* no CUDA kernel yet (kernels/cuda_ops.h): plans using it are refused */
+OP_CHECK(moe_down)
+OP_CUDA(sample)
+
+static const op_impl k_impl[MEMRA_OP_COUNT] = {
+    [MEMRA_OP_EMBED] = {bind_embed, check_embed, run_embed},
+    [MEMRA_OP_RMS_NORM_Q8] = {bind_rms_norm_q8, check_rms_norm_q8, run_rms_norm_q8},
+    [MEMRA_OP_MMVQ] = {bind_mmvq, check_mmvq, NULL},
+    [MEMRA_OP_ATTN_PREP] = {bind_attn_prep, check_attn_prep, run_attn_prep},
+    [MEMRA_OP_ATTN_DECODE] = {bind_attn_decode, check_attn_decode, run_attn_decode},
+    [MEMRA_OP_GDN_STEP] = {bind_gdn_step, check_gdn_step, run_gdn_step},
+    [MEMRA_OP_SILU_MUL_Q8] = {bind_silu_mul_q8, check_silu_mul_q8, run_silu_mul_q8},
+    [MEMRA_OP_MOE_ROUTE] = {bind_moe_route, check_moe_route, run_moe_route},
+    [MEMRA_OP_MMVQ_MOE] = {bind_mmvq_moe, check_mmvq_moe, NULL},
+    [MEMRA_OP_MOE_DOWN] = {bind_moe_down, check_moe_down, NULL},
+    [MEMRA_OP_SAMPLE] = {bind_sample, check_sample, run_sample},
+};
+
+/* ====================================== state ======================================== */
+
+typedef struct cuda_launch {
+    uint32_t op;
+    op_args a;              /* bound args: device pointers */
+    CUfunction fn;          /* mmvq: the NVRTC specialization */
+    memra_mmvq_launch ml;   /* mmvq: geometry and the kernel's parameter block */
+} cuda_launch;
+
+typedef struct cuda_plan {
+    memra_plan *plan;
+    uint32_t *region_map;    /* [n_states] plan region -> slot layout region */
+    memra_tick_layout tl;
+    void *tick_pinned;       /* tl.bytes of pinned host memory (owned) */
+    memra_tick host;         /* views of tick_pinned */
+    void *tick_dev;          /* tl.bytes of device memory (owned) */
+    memra_tick dev;          /* views of tick_dev: device addresses, for binding only */
+    const void **wdev;       /* [n_weights] device address of each plan weight */
+    cuda_launch *launches;   /* [n_launches] */
+} cuda_plan;
+
+/* One distinct uploaded tensor. */
+typedef struct dev_weight {
+    const memra_gguf_tensor *t; /* borrowed from g */
+    uint64_t off;               /* in the weights region */
+} dev_weight;
+
+typedef struct cuda_session {
+    int live;
+    int failed;     /* was in a tick that failed on the device */
+    uint32_t pos;
+    memra_sample_params params;
+} cuda_session;
+
+typedef CUresult (*launch_ex_fn)(const CUlaunchConfig *, CUfunction, void **, void **);
+
+typedef struct fault {
+    int kind;       /* MEMRA_CUDA_FAULT_* */
+    uint32_t tier;  /* manifest tier index */
+    uint32_t launch;
+} fault;
+
+struct memra_cuda_backend {
+    const memra_gguf *g;
+    memra_cuda_opts opts;
+    memra_plan_manifest *m;
+    uint32_t n_tiers, n_stages;
+    cuda_plan *plans;                      /* [n_tiers * n_stages] */
+    memra_graph graphs[MEMRA_PLAN_MAX_TIERS];
+    int dev_open;                          /* memra_cu_device_open succeeded */
+    cudaStream_t stream;
+    cudaEvent_t ev_start, ev_done;
+    memra_kernel_cache *kc;
+    launch_ex_fn launch_ex;                /* cuLaunchKernelEx (PDL); NULL: cuLaunchKernel */
+    dev_weight *w;                         /* [n_w] sorted by host address (file order) */
+    uint32_t n_w;
+    uint8_t *weights;                      /* device region of info.weight_bytes */
+    uint8_t *arena[MEMRA_PLAN_MAX_STAGES]; /* device */
+    uint8_t *slot_mem[MEMRA_PLAN_MAX_STAGES];
+    memra_slot_layout layout;
+    memra_slot_pool pool;
+    cuda_session *sessions;                /* [n_slots], index = slot */
+    uint32_t last_tier;                    /* manifest tier index + 1; 0 = none */
+    uint32_t last_rows;
+    uint64_t n_ticks;
+    int poisoned;
+    char poison_msg[sizeof(((memra_err *)0)->msg)];
+    fault fault;
+    memra_cuda_info info;
+};
+
+void memra_cuda_opts_init(memra_cuda_opts *o)
+{
+    *o = (memra_cuda_opts){.n_slots = 16, .n_ctx = 4096, .device = 0, .graphs = 1, .pdl = 1,
+                           .sync_launches = 0, .staging_mib = 64};
+}
+
+static cuda_plan *plan_at(const memra_cuda_backend *be, uint32_t t, uint32_t s)
+{
+    return &be->plans[t * be->n_stages + s];
+}
+
+/* The engine may move between host threads (one at a time): make its device current. */
+static int bind_thread(const memra_cuda_backend *be, memra_err *err)
+{
+    const cudaError_t e = cudaSetDevice(be->opts.device);
+    return e == cudaSuccess ? MEMRA_OK : memra_cudart_fail(err, e, "cudaSetDevice", __FILE__, __LINE__);
+}
+
+static int poisoned_fail(const memra_cuda_backend *be, memra_err *err)
+{
+    return MEMRA_FAIL(err, MEMRA_ERR_CUDA, "the CUDA context is poisoned by an earlier sticky "
+                      "error (%s); close the engine", be->poison_msg);
+}
+
+/* ====================================== weights ====================================== */
+
+static int cmp_weight(const void *pa, const void *pb)
+{
+    const dev_weight *a = pa, *b = pb;
+    const uintptr_t x = (uintptr_t)a->t->data, y = (uintptr_t)b->t->data;
+    if (x != y)
+        return x < y ? -1 : 1;
+    return (uintptr_t)a->t < (uintptr_t)b->t ? -1 : (uintptr_t)a->t > (uintptr_t)b->t;
+}
+
+/* The distinct tensors of every plan, in file order, each at a 256-byte aligned offset of
+ * one device region (mmvq needs 16-byte aligned weights; 256 keeps every row start of the
+ * common block sizes on its own sector boundary). */
+static int weights_layout(memra_cuda_backend *be, memra_err *err)
+{
+    uint64_t n = 0;
+    for (uint32_t i = 0; i < be->n_tiers * be->n_stages; i++)
+        n += be->plans[i].plan->n_weights;
+    be->w = calloc(n ? n : 1, sizeof *be->w);
+    if (!be->w)
+        return MEMRA_FAIL(err, MEMRA_ERR_NOMEM, "weight table: out of memory");
+    uint64_t k = 0;
+    for (uint32_t i = 0; i < be->n_tiers * be->n_stages; i++)
+        for (uint32_t j = 0; j < be->plans[i].plan->n_weights; j++)
+            be->w[k++].t = be->plans[i].plan->weights[j].tensor;
+    qsort(be->w, k, sizeof *be->w, cmp_weight);
+    uint64_t u = 0, off = 0;
+    for (uint64_t i = 0; i < k; i++) {
+        if (u > 0 && be->w[u - 1].t == be->w[i].t)
+            continue;
+        be->w[u] = (dev_weight){.t = be->w[i].t, .off = off};
+        off = align256(off + be->w[i].t->nbytes);
+        u++;
+    }
+    be->n_w = (uint32_t)u;
+    be->info.weight_bytes = off;
+    return MEMRA_OK;
+}
+
+static const dev_weight *weight_find(const memra_cuda_backend *be, const memra_gguf_tensor *t)
+{
+    const dev_weight key = {.t = t};
+    return bsearch(&key, be->w, be->n_w, sizeof *be->w, cmp_weight);
+}
+
+/* Fills staging with bytes [w0, w1) of the device region image: tensor bytes where tensors
+ * are, zeros in the alignment gaps. *next is the first tensor not yet wholly copied. */
+static void staging_fill(const memra_cuda_backend *be, uint8_t *staging, uint64_t w0, uint64_t w1,
+                         uint32_t *next)
+{
+    uint64_t pos = w0;
+    for (uint32_t i = *next; i < be->n_w && be->w[i].off < w1; i++) {
+        const uint64_t t0 = be->w[i].off, t1 = t0 + be->w[i].t->nbytes;
+        const uint64_t s = t0 > w0 ? t0 : w0, e = t1 < w1 ? t1 : w1;
+        if (s >= e)
+            continue;
+        if (s > pos)
+            memset(staging + (pos - w0), 0, s - pos);
+        memcpy(staging + (s - w0), (const uint8_t *)be->w[i].t->data + (s - t0), e - s);
+        pos = e;
+    }
+    if (w1 > pos)
+        memset(staging + (pos - w0), 0, w1 - pos);
+    while (*next < be->n_w && be->w[*next].off + be->w[*next].t->nbytes <= w1)
+        (*next)++;
+}
+
+static void upload_progress(uint64_t done, uint64_t total, double t0)
+{
+    char bar[21];
+    const int fill = total ? (int)(20 * done / total) : 20;
+    for (int i = 0; i < 20; i++)
+        bar[i] = i < fill ? '#' : '.';
+    bar[20] = 0;
+    const double s = (now_ms() - t0) / 1e3;
+    memra_log(MEMRA_LOG_INFO, "weights [%s] %3d%%  %.2f / %.2f GB  %.2f GB/s", bar,
+              total ? (int)(100 * done / total) : 100, (double)done / 1e9, (double)total / 1e9,
+              s > 0 ? (double)done / 1e9 / s : 0.0);
+}
+
+/* mmap -> pinned staging (two chunks, so reading the file overlaps the DMA) -> device. */
+static int weights_upload(memra_cuda_backend *be, memra_err *err)
+{
+    int rc = MEMRA_OK;
+    const uint64_t total = be->info.weight_bytes;
+    uint64_t chunk = (uint64_t)be->opts.staging_mib << 20;
+    void *staging[2] = {NULL, NULL};
+    cudaEvent_t ev[2] = {NULL, NULL};
+    const double t0 = now_ms();
+    if (chunk > total)
+        chunk = align256(total);
+    MEMRA_RT_TRY(err, cudaMalloc((void **)&be->weights, total ? total : 256));
+    for (int k = 0; k < 2; k++) {
+        MEMRA_RT_TRY(err, cudaHostAlloc(&staging[k], chunk, cudaHostAllocDefault));
+        MEMRA_RT_TRY(err, cudaEventCreateWithFlags(&ev[k], cudaEventDisableTiming));
+    }
+    uint32_t next = 0;
+    int used[2] = {0, 0}, last_decile = -1;
+    for (uint64_t w0 = 0, k = 0; w0 < total; w0 += chunk, k ^= 1) {
+        const uint64_t w1 = w0 + chunk < total ? w0 + chunk : total;
+        if (used[k])
+            MEMRA_RT_TRY(err, cudaEventSynchronize(ev[k])); /* the chunk's last DMA is done */
+        staging_fill(be, staging[k], w0, w1, &next);
+        MEMRA_RT_TRY(err, cudaMemcpyAsync(be->weights + w0, staging[k], w1 - w0,
+                                          cudaMemcpyHostToDevice, be->stream));
+        MEMRA_RT_TRY(err, cudaEventRecord(ev[k], be->stream));
+        used[k] = 1;
+        const int decile = (int)(10 * w1 / total);
+        if (decile != last_decile)
+            upload_progress(w1, total, t0);
+        last_decile = decile;
+    }
+    MEMRA_RT_TRY(err, cudaStreamSynchronize(be->stream));
+    be->info.upload_ms = now_ms() - t0;
+fail:
+    for (int k = 0; k < 2; k++) {
+        if (staging[k])
+            cudaFreeHost(staging[k]);
+        if (ev[k])
+            cudaEventDestroy(ev[k]);
+    }
+    return rc;
+}
+
+/* ==================================== open / close =================================== */
+
+/* Stage boundaries and the logits buffer are where the runtime expects them. */
+static int check_entry_points(const memra_cuda_backend *be, uint32_t t, memra_err *err)
+{
+    for (uint32_t s = 0; s < be->n_stages; s++) {
+        const memra_plan *p = plan_at(be, t, s)->plan;
+        const int last = s + 1 == be->n_stages;
+        if ((s > 0) != (p->input >= 0) || !last != (p->output >= 0) || last != (p->logits >= 0))
+            return MEMRA_FAIL(err, MEMRA_ERR_PLAN, "plan b%u s%u: stage entry points (input %d, "
+                              "output %d, logits %d) do not fit stage %u of %u", p->tier, s,
+                              p->input, p->output, p->logits, s, be->n_stages);
+        if (s > 0) {
+            const memra_plan *q = plan_at(be, t, s - 1)->plan;
+            if (q->buffers[q->output].bytes != p->buffers[p->input].bytes)
+                return MEMRA_FAIL(err, MEMRA_ERR_PLAN, "plan b%u: stage %u output (%llu bytes) "
+                                  "and stage %u input (%llu bytes) differ", p->tier, s - 1,
+                                  (unsigned long long)q->buffers[q->output].bytes, s,
+                                  (unsigned long long)p->buffers[p->input].bytes);
+        }
+        if (last && p->buffers[p->logits].bytes < (uint64_t)p->tier * be->m->n_vocab * sizeof(float))
+            return MEMRA_FAIL(err, MEMRA_ERR_PLAN, "plan b%u: logits buffer smaller than "
+                              "[b, n_vocab] f32", p->tier);
+    }
+    return MEMRA_OK;
+}
+
+static int load_plans(memra_cuda_backend *be, const char *dir, memra_err *err)
+{
+    int rc;
+    MEMRA_TRY(memra_plan_manifest_load(dir, &be->m, err));
+    be->n_tiers = be->m->n_tiers;
+    be->n_stages = be->m->n_stages;
+    if (be->n_tiers == 0 || be->n_stages == 0 || be->m->n_vocab == 0)
+        return MEMRA_FAIL(err, MEMRA_ERR_PLAN, "%s: manifest lists no tier, stage or vocabulary", dir);
+    be->plans = calloc((size_t)be->n_tiers * be->n_stages, sizeof *be->plans);
+    if (!be->plans)
+        return MEMRA_FAIL(err, MEMRA_ERR_NOMEM, "plans: out of memory");
+    for (uint32_t t = 0; t < be->n_tiers; t++)
+        for (uint32_t s = 0; s < be->n_stages; s++)
+            MEMRA_TRY(memra_plan_load(dir, be->m->tiers[t], s, be->g, &plan_at(be, t, s)->plan, err));
+    for (uint32_t t = 0; t < be->n_tiers; t++)
+        MEMRA_TRY(check_entry_points(be, t, err));
+    return MEMRA_OK;
+fail:
+    return rc;
+}
+
+/* The device, its stream and events, the NVRTC kernel cache, cuLaunchKernelEx for PDL. */
+static int open_device(memra_cuda_backend *be, memra_err *err)
+{
+    int rc, sm = 0;
+    MEMRA_TRY(memra_cu_device_open(be->opts.device, &sm, err)); /* UNSUPPORTED: no GPU */
+    be->dev_open = 1;
+    MEMRA_RT_TRY(err, cudaSetDevice(be->opts.device)); /* the same primary context */
+    MEMRA_RT_TRY(err, cudaFree(NULL));                  /* initialize the runtime now */
+    struct cudaDeviceProp prop;
+    MEMRA_RT_TRY(err, cudaGetDeviceProperties(&prop, be->opts.device));
+    snprintf(be->info.device_name, sizeof be->info.device_name, "%.127s", prop.name);
+    be->info.sm = sm;
+    be->info.n_sm = prop.multiProcessorCount;
+    MEMRA_RT_TRY(err, cudaStreamCreateWithFlags(&be->stream, cudaStreamNonBlocking));
+    MEMRA_RT_TRY(err, cudaEventCreate(&be->ev_start));
+    MEMRA_RT_TRY(err, cudaEventCreate(&be->ev_done));
+    MEMRA_TRY(memra_kernel_cache_open(&be->kc, err));
+    void *fp = NULL;
+    enum cudaDriverEntryPointQueryResult q;
+    if (be->opts.pdl && cudaGetDriverEntryPointByVersion("cuLaunchKernelEx", &fp, 12000,
+                                                         cudaEnableDefault, &q) == cudaSuccess &&
+        q == cudaDriverEntryPointSuccess && fp)
+        memcpy(&be->launch_ex, &fp, sizeof fp);
+    (void)cudaGetLastError();
+    be->info.pdl = be->launch_ex != NULL;
+    return MEMRA_OK;
+fail:
+    return rc;
+}
+
+/* Slot layout from tier 0's stage plans; per stage a zeroed device pool; region maps. */
+static int setup_slots(memra_cuda_backend *be, memra_err *err)
+{
+    int rc;
+    const memra_plan *stage_plans[MEMRA_PLAN_MAX_STAGES];
+    for (uint32_t s = 0; s < be->n_stages; s++)
+        stage_plans[s] = plan_at(be, 0, s)->plan;
+    MEMRA_TRY(memra_slot_layout_build(stage_plans, be->n_stages, be->opts.n_ctx, &be->layout, err));
+    uint64_t base[MEMRA_PLAN_MAX_STAGES] = {0};
+    for (uint32_t s = 0; s < be->n_stages; s++) {
+        const uint64_t bytes = memra_slot_pool_bytes(&be->layout, be->opts.n_slots, s);
+        if (bytes == 0)
+            return MEMRA_FAIL(err, MEMRA_ERR_CAPACITY, "stage %u: the state of %u slots of %u "
+                              "tokens overflows", s, be->opts.n_slots, be->opts.n_ctx);
+        cudaError_t e = cudaMalloc((void **)&be->slot_mem[s], bytes);
+        if (e != cudaSuccess)
+            return MEMRA_FAIL(err, MEMRA_ERR_CUDA, "stage %u: cannot allocate %llu bytes of device "
+                              "state for %u slots of %u tokens: %s", s, (unsigned long long)bytes,
+                              be->opts.n_slots, be->opts.n_ctx, cudaGetErrorString(e));
+        MEMRA_RT_TRY(err, cudaMemsetAsync(be->slot_mem[s], 0, bytes, be->stream));
+        base[s] = (uint64_t)(uintptr_t)be->slot_mem[s];
+        be->info.slot_bytes += bytes;
+    }
+    MEMRA_TRY(memra_slot_pool_init(&be->pool, &be->layout, be->opts.n_slots, base, err));
+    for (uint32_t i = 0; i < be->n_tiers * be->n_stages; i++) {
+        cuda_plan *cp = &be->plans[i];
+        cp->region_map = calloc(cp->plan->n_states ? cp->plan->n_states : 1, sizeof *cp->region_map);
+        if (!cp->region_map)
+            return MEMRA_FAIL(err, MEMRA_ERR_NOMEM, "region map: out of memory");
+        MEMRA_TRY(memra_slot_layout_bind(&be->layout, cp->plan, cp->region_map, err));
+    }
+    return MEMRA_OK;
+fail:
+    return rc;
+}
+
+/* Per stage the device arena (largest tier), per plan the pinned + device tick blocks and
+ * the device address of each weight. */
+static int setup_buffers(memra_cuda_backend *be, memra_err *err)
+{
+    int rc;
+    for (uint32_t s = 0; s < be->n_stages; s++) {
+        uint64_t bytes = 256;
+        for (uint32_t t = 0; t < be->n_tiers; t++)
+            if (plan_at(be, t, s)->plan->arena_bytes > bytes)
+                bytes = plan_at(be, t, s)->plan->arena_bytes;
+        MEMRA_RT_TRY(err, cudaMalloc((void **)&be->arena[s], bytes));
+        /* zeroed once, so even padded rows read defined values */
+        MEMRA_RT_TRY(err, cudaMemsetAsync(be->arena[s], 0, bytes, be->stream));
+        be->info.arena_bytes += bytes;
+    }
+    for (uint32_t i = 0; i < be->n_tiers * be->n_stages; i++) {
+        cuda_plan *cp = &be->plans[i];
+        const memra_plan *p = cp->plan;
+        MEMRA_TRY(memra_tick_layout_init(&cp->tl, p->tier, p->n_states, err));
+        MEMRA_RT_TRY(err, cudaHostAlloc(&cp->tick_pinned, cp->tl.bytes, cudaHostAllocDefault));
+        memset(cp->tick_pinned, 0, cp->tl.bytes);
+        MEMRA_RT_TRY(err, cudaMalloc(&cp->tick_dev, cp->tl.bytes));
+        MEMRA_RT_TRY(err, cudaMemsetAsync(cp->tick_dev, 0, cp->tl.bytes, be->stream));
+        memra_tick_bind(&cp->host, &cp->tl, cp->tick_pinned);
+        memra_tick_bind(&cp->dev, &cp->tl, cp->tick_dev);
+        cp->wdev = calloc(p->n_weights ? p->n_weights : 1, sizeof *cp->wdev);
+        if (!cp->wdev)
+            return MEMRA_FAIL(err, MEMRA_ERR_NOMEM, "weight pointers: out of memory");
+        for (uint32_t j = 0; j < p->n_weights; j++)
+            cp->wdev[j] = be->weights + weight_find(be, p->weights[j].tensor)->off;
+    }
+    MEMRA_RT_TRY(err, cudaStreamSynchronize(be->stream));
+    return MEMRA_OK;
+fail:
+    return rc;
+}
+
+/* Every NVRTC specialization of the manifest: from the disk cache, compiled when missing.
+ * Keys of templates NVRTC does not have (attn_decode, mmvq_moe, moe_down) name the
+ * geometry of a fixed nvcc kernel that covers every geometry; they load nothing. */
+static int load_kernels(memra_cuda_backend *be, memra_err *err)
+{
+    const double t0 = now_ms();
+    memra_nvrtc_stats s0, s1;
+    memra_nvrtc_stats_get(&s0);
+    for (uint32_t i = 0; i < be->m->n_kernels; i++) {
+        memra_kernel_spec spec;
+        CUfunction fn;
+        if (memra_kernel_spec_parse(be->m->kernels[i], be->info.sm, &spec, NULL) != MEMRA_OK) {
+            memra_log(MEMRA_LOG_DEBUG, "kernel %s: fixed nvcc kernel", be->m->kernels[i]);
+            continue;
+        }
+        int rc = memra_kernel_get(be->kc, be->m->kernels[i], &fn, err);
+        if (rc != MEMRA_OK)
+            return rc;
+        be->info.n_kernels++;
+    }
+    memra_nvrtc_stats_get(&s1);
+    be->info.kernels_ms = now_ms() - t0;
+    memra_log(MEMRA_LOG_INFO, "kernels: %u NVRTC specializations in %.0f ms (%ld from the disk "
+              "cache %s, %ld compiled)", be->info.n_kernels, be->info.kernels_ms,
+              s1.cache_hits - s0.cache_hits, memra_nvrtc_cache_dir(), s1.compiles - s0.compiles);
+    return MEMRA_OK;
+}
+
+/* The NVRTC launch of an mmvq: geometry from the bound args, and the plan's kernel key must
+ * be the specialization those args need. */
+static int bind_mmvq_launch(memra_cuda_backend *be, const memra_plan *p, uint32_t i,
+                            cuda_launch *L, memra_err *err)
+{
+    int rc;
+    memra_kernel_spec spec;
+    char want[MEMRA_KERNEL_KEY_MAX];
+    MEMRA_TRY(memra_mmvq_prepare(&L->a.mmvq, be->info.sm, 0, &L->ml, err));
+    const int32_t k = p->launches[i].kernel;
+    if (k < 0 || (uint32_t)k >= p->n_kernels ||
+        memra_kernel_spec_parse(p->kernels[k], be->info.sm, &spec, NULL) != MEMRA_OK ||
+        memra_kernel_spec_key(&spec, want, sizeof want, NULL) != MEMRA_OK || strcmp(want, L->ml.key))
+        return MEMRA_FAIL(err, MEMRA_ERR_PLAN, "plan b%u s%u launch %u (mmvq): kernel '%s' is "
+                          "not the specialization its weights need (%s)", p->tier, p->stage, i,
+                          k >= 0 && (uint32_t)k < p->n_kernels ? p->kernels[k] : "?", L->ml.key);
+    MEMRA_TRY(memra_kernel_get(be->kc, L->ml.key, &L->fn, err));
+    return MEMRA_OK;
+fail:
+    return rc;
+}
+
+/* Bind and check every launch of plan (t, s). */
+static int bind_plan(memra_cuda_backend *be, uint32_t t, uint32_t s, memra_err *err)
+{
+    cuda_plan *cp = plan_at(be, t, s);
+    const memra_plan *p = cp->plan;
+    cp->launches = calloc(p->n_launches ? p->n_launches : 1, sizeof *cp->launches);
+    if (!cp->launches)
+        return MEMRA_FAIL(err, MEMRA_ERR_NOMEM, "plan b%u s%u: out of memory", p->tier, p->stage);
+    const bind_ctx c = {.p = p, .arena = be->arena[s], .tick = &cp->dev, .wdev = cp->wdev,
+                        .n_ctx = be->opts.n_ctx};
+    for (uint32_t i = 0; i < p->n_launches; i++) {
+        const memra_plan_launch *l = &p->launches[i];
+        const op_impl *im = l->op < MEMRA_OP_COUNT ? &k_impl[l->op] : NULL;
+        cuda_launch *L = &cp->launches[i];
+        if (!im || !im->bind || (!im->run && l->op != MEMRA_OP_MMVQ))
+            return MEMRA_FAIL(err, MEMRA_ERR_UNSUPPORTED, "plan b%u s%u launch %u: op %s has no "
+                              "CUDA kernel in this build", p->tier, p->stage, i,
+                              l->op < MEMRA_OP_COUNT ? memra_op_get(l->op)->name : "?");
+        L->op = l->op;
+        im->bind(&c, l->args, &L->a);
+        const char *why = im->check(&L->a);
+        if (why)
+            return MEMRA_FAIL(err, MEMRA_ERR_PLAN, "plan b%u s%u launch %u (%s): %s", p->tier,
+                              p->stage, i, memra_op_get(l->op)->name, why);
+        if (l->op == MEMRA_OP_MMVQ) {
+            int rc = bind_mmvq_launch(be, p, i, L, err);
+            if (rc != MEMRA_OK)
+                return rc;
+        }
+    }
+    return MEMRA_OK;
+}
+
+/* ================================ enqueue and capture ================================ */
+
+/* Names the failed launch: "tier b8 stage 0 launch 17 (mmvq): <what>". */
+static int launch_fail(memra_err *err, const cuda_plan *cp, uint32_t i, const char *what)
+{
+    const memra_plan *p = cp->plan;
+    return MEMRA_FAIL(err, MEMRA_ERR_CUDA, "tier b%u stage %u launch %u (%s): %s", p->tier,
+                      p->stage, i, memra_op_get(p->launches[i].op)->name, what);
+}
+
+static int launch_fail_rt(memra_err *err, const cuda_plan *cp, uint32_t i, cudaError_t e)
+{
+    char what[256];
+    snprintf(what, sizeof what, "%s (%s)", cudaGetErrorName(e), cudaGetErrorString(e));
+    return launch_fail(err, cp, i, what);
+}
+
+/* The NVRTC mmvq: one parameter block, PDL when available (the kernel prefetches its weights
+ * before griddepcontrol.wait, so it may start under the previous kernel's tail). */
+static CUresult launch_mmvq(const memra_cuda_backend *be, const cuda_launch *L, cudaStream_t s,
+                            const fault *f)
+{
+    memra_mmvq_params prm = L->ml.params;
+    unsigned threads = L->ml.threads;
+    if (f && f->kind == MEMRA_CUDA_FAULT_LAUNCH)
+        threads = 4096; /* above every device's 1024-thread block limit */
+    if (f && f->kind == MEMRA_CUDA_FAULT_STICKY)
+        prm.a = (const void *)(uintptr_t)0x100; /* in the never-mapped first page */
+    void *args[] = {&prm};
+    if (!be->launch_ex)
+        return memra_cu()->cuLaunchKernel(L->fn, L->ml.grid, 1, 1, threads, 1, 1, L->ml.smem,
+                                          (CUstream)s, args, NULL);
+    CUlaunchAttribute attr;
+    memset(&attr, 0, sizeof attr);
+    attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attr.value.programmaticStreamSerializationAllowed = 1;
+    CUlaunchConfig cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.gridDimX = L->ml.grid, cfg.gridDimY = 1, cfg.gridDimZ = 1;
+    cfg.blockDimX = threads, cfg.blockDimY = 1, cfg.blockDimZ = 1;
+    cfg.sharedMemBytes = L->ml.smem;
+    cfg.hStream = (CUstream)s;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    return be->launch_ex(&cfg, L->fn, args, NULL);
+}
+
+static int launch_one(const memra_cuda_backend *be, const cuda_plan *cp, uint32_t i,
+                      cudaStream_t s, const fault *f, memra_err *err)
+{
+    const cuda_launch *L = &cp->launches[i];
+    if (L->op == MEMRA_OP_MMVQ) {
+        const CUresult r = launch_mmvq(be, L, s, f);
+        if (r != CUDA_SUCCESS) {
+            const char *name = NULL, *text = NULL;
+            memra_cu()->cuGetErrorName(r, &name);
+            memra_cu()->cuGetErrorString(r, &text);
+            char what[256];
+            snprintf(what, sizeof what, "%s (%s)", name ? name : "?", text ? text : "?");
+            return launch_fail(err, cp, i, what);
+        }
+        return MEMRA_OK;
+    }
+    const int r = k_impl[L->op].run(&L->a, s);
+    const cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess)
+        return launch_fail_rt(err, cp, i, e);
+    if (r != MEMRA_OK)
+        return launch_fail(err, cp, i, memra_cuda_ops_error());
+    return MEMRA_OK;
+}
+
+/* One stage of tier t: its tick block to the device, the boundary copy, its launches. */
+static int enqueue_stage(memra_cuda_backend *be, uint32_t t, uint32_t s, cudaStream_t st,
+                         int eager, memra_err *err)
+{
+    int rc = MEMRA_OK;
+    const cuda_plan *cp = plan_at(be, t, s);
+    const memra_plan *p = cp->plan;
+    MEMRA_RT_TRY(err, cudaMemcpyAsync(cp->tick_dev, cp->tick_pinned, cp->tl.bytes,
+                                      cudaMemcpyHostToDevice, st));
+    if (s > 0) { /* [b, n_embd] f32 boundary: a straight copy, no conversion */
+        const memra_plan *q = plan_at(be, t, s - 1)->plan;
+        MEMRA_RT_TRY(err, cudaMemcpyAsync(be->arena[s] + p->buffers[p->input].offset,
+                                          be->arena[s - 1] + q->buffers[q->output].offset,
+                                          p->buffers[p->input].bytes, cudaMemcpyDeviceToDevice, st));
+    }
+    for (uint32_t i = 0; i < p->n_launches; i++) {
+        const fault *f = eager && be->fault.kind && be->fault.tier == t && s == 0 &&
+                                 be->fault.launch == i ? &be->fault : NULL;
+        MEMRA_TRY(launch_one(be, cp, i, st, f, err));
+        if (eager && be->opts.sync_launches) {
+            const cudaError_t e = cudaStreamSynchronize(st);
+            if (e != cudaSuccess)
+                return launch_fail_rt(err, cp, i, e);
+        }
+    }
+    return MEMRA_OK;
+fail:
+    return rc;
+}
+
+/* Every stage of tier t in order, then the sampled tokens back to pinned memory. This is
+ * the eager tick and, recorded once, the tier's graph. */
+static int enqueue_tier(memra_cuda_backend *be, uint32_t t, cudaStream_t st, int eager,
+                        memra_err *err)
+{
+    int rc = MEMRA_OK;
+    for (uint32_t s = 0; s < be->n_stages; s++)
+        MEMRA_TRY(enqueue_stage(be, t, s, st, eager, err));
+    const cuda_plan *last = plan_at(be, t, be->n_stages - 1);
+    MEMRA_RT_TRY(err, cudaMemcpyAsync(last->host.out_tokens, last->dev.out_tokens,
+                                      sizeof(int32_t) * last->tl.b, cudaMemcpyDeviceToHost, st));
+    return MEMRA_OK;
+fail:
+    return rc;
+}
+
+typedef struct capture_ctx {
+    memra_cuda_backend *be;
+    uint32_t t;
+} capture_ctx;
+
+static int capture_enqueue(void *user, cudaStream_t s, memra_err *err)
+{
+    const capture_ctx *c = user;
+    return enqueue_tier(c->be, c->t, s, 0, err);
+}
+
+static int capture_graphs(memra_cuda_backend *be, memra_err *err)
+{
+    const double t0 = now_ms();
+    for (uint32_t t = 0; t < be->n_tiers; t++) {
+        capture_ctx c = {.be = be, .t = t};
+        int rc = memra_graph_capture(&be->graphs[t], be->stream, capture_enqueue, &c, err);
+        if (rc != MEMRA_OK)
+            return rc;
+        be->info.graph_nodes[t] = (uint32_t)be->graphs[t].n_nodes;
+    }
+    be->info.capture_ms = now_ms() - t0;
+    memra_log(MEMRA_LOG_INFO, "graphs: %u tiers captured in %.0f ms (%u nodes at tier %u)",
+              be->n_tiers, be->info.capture_ms, be->info.graph_nodes[be->n_tiers - 1],
+              be->m->tiers[be->n_tiers - 1]);
+    return MEMRA_OK;
+}
+
+static void fill_info(memra_cuda_backend *be)
+{
+    be->info.n_tiers = be->n_tiers;
+    be->info.graphs = be->opts.graphs;
+    for (uint32_t t = 0; t < be->n_tiers; t++) {
+        be->info.tiers[t] = be->m->tiers[t];
+        for (uint32_t s = 0; s < be->n_stages; s++) {
+            be->info.launches[t] += plan_at(be, t, s)->plan->n_launches;
+            be->info.tick_bytes[t] += plan_at(be, t, s)->plan->stats.weight_bytes_streamed;
+        }
+    }
+}
+
+int memra_cuda_backend_open(const char *plan_dir, const memra_gguf *g, const memra_cuda_opts *o,
+                            memra_cuda_backend **out, memra_err *err)
+{
+    int rc;
+    *out = NULL;
+    memra_cuda_backend *be = calloc(1, sizeof *be);
+    if (!be)
+        return MEMRA_FAIL(err, MEMRA_ERR_NOMEM, "cuda backend: out of memory");
+    be->g = g;
+    memra_cuda_opts_init(&be->opts);
+    if (o)
+        be->opts = *o;
+    if (be->opts.n_slots == 0 || be->opts.n_slots > MEMRA_SLOT_MAX_SLOTS || be->opts.n_ctx == 0 ||
+        be->opts.n_ctx > MEMRA_SLOT_MAX_CTX || be->opts.staging_mib == 0 ||
+        be->opts.staging_mib > 4096 || be->opts.device < 0) {
+        rc = MEMRA_FAIL(err, MEMRA_ERR_INVALID_ARG, "n_slots = %u (1..%d), n_ctx = %u (1..%u), "
+                        "staging_mib = %u (1..4096) or device %d out of range", be->opts.n_slots,
+                        MEMRA_SLOT_MAX_SLOTS, be->opts.n_ctx, MEMRA_SLOT_MAX_CTX,
+                        be->opts.staging_mib, be->opts.device);
+        goto fail;
+    }
+    MEMRA_TRY(load_plans(be, plan_dir, err));
+    MEMRA_TRY(open_device(be, err));
+    MEMRA_TRY(weights_layout(be, err));
+    MEMRA_TRY(weights_upload(be, err));
+    MEMRA_TRY(setup_slots(be, err));
+    MEMRA_TRY(setup_buffers(be, err));
+    MEMRA_TRY(load_kernels(be, err));
+    for (uint32_t t = 0; t < be->n_tiers; t++)
+        for (uint32_t s = 0; s < be->n_stages; s++)
+            MEMRA_TRY(bind_plan(be, t, s, err));
+    if (be->opts.graphs)
+        MEMRA_TRY(capture_graphs(be, err));
+    be->sessions = calloc(be->opts.n_slots, sizeof *be->sessions);
+    if (!be->sessions) {
+        rc = MEMRA_FAIL(err, MEMRA_ERR_NOMEM, "sessions: out of memory");
+        goto fail;
+    }
+    fill_info(be);
+    *out = be;
+    return MEMRA_OK;
+fail:
+    memra_cuda_backend_close(be);
+    return rc;
+}
+
+static void free_plan(cuda_plan *cp)
+{
+    if (cp->tick_pinned)
+        cudaFreeHost(cp->tick_pinned);
+    if (cp->tick_dev)
+        cudaFree(cp->tick_dev);
+    free((void *)cp->wdev);
+    free(cp->launches);
+    free(cp->region_map);
+    memra_plan_free(cp->plan);
+}
+
+void memra_cuda_backend_close(memra_cuda_backend *be)
+{
+    if (!be)
+        return;
+    if (be->stream)
+        cudaStreamSynchronize(be->stream); /* nothing may still read what is freed below */
+    for (uint32_t t = 0; t < MEMRA_PLAN_MAX_TIERS; t++)
+        memra_graph_free(&be->graphs[t]);
+    for (uint32_t i = 0; be->plans && i < be->n_tiers * be->n_stages; i++)
+        free_plan(&be->plans[i]);
+    free(be->plans);
+    for (uint32_t s = 0; s < MEMRA_PLAN_MAX_STAGES; s++) {
+        if (be->arena[s])
+            cudaFree(be->arena[s]);
+        if (be->slot_mem[s])
+            cudaFree(be->slot_mem[s]);
+    }
+    if (be->weights)
+        cudaFree(be->weights);
+    memra_kernel_cache_close(be->kc);
+    if (be->ev_start)
+        cudaEventDestroy(be->ev_start);
+    if (be->ev_done)
+        cudaEventDestroy(be->ev_done);
+    if (be->stream)
+        cudaStreamDestroy(be->stream);
+    if (be->dev_open) {
+        if (be->poisoned) /* a sticky error: only a reset makes the device usable again */
+            cudaDeviceReset();
+        (void)cudaGetLastError();
+        memra_cu_device_close(be->opts.device);
+    }
+    memra_slot_pool_free(&be->pool);
+    memra_slot_layout_free(&be->layout);
+    memra_plan_manifest_free(be->m);
+    free(be->sessions);
+    free(be->w);
+    free(be);
+}
+
+const memra_plan_manifest *memra_cuda_backend_manifest(const memra_cuda_backend *be) { return be->m; }
+uint32_t memra_cuda_backend_n_vocab(const memra_cuda_backend *be) { return be->m->n_vocab; }
+const memra_cuda_info *memra_cuda_backend_info(const memra_cuda_backend *be) { return &be->info; }
+int memra_cuda_backend_poisoned(const memra_cuda_backend *be) { return be->poisoned; }
+
+uint32_t memra_cuda_backend_last_tier(const memra_cuda_backend *be)
+{
+    return be->last_tier ? be->m->tiers[be->last_tier - 1] : 0;
+}
+
+/* ====================================== sessions ====================================== */
+
+static const memra_sample_params k_greedy = {.temperature = 0.0f};
+
+int memra_cuda_session_admit(memra_cuda_backend *be, const memra_sample_params *params,
+                             uint32_t *session, memra_err *err)
+{
+    if (be->poisoned)
+        return poisoned_fail(be, err);
+    uint32_t slot;
+    int rc = bind_thread(be, err);
+    if (rc == MEMRA_OK)
+        rc = memra_slot_pool_acquire(&be->pool, &slot, err);
+    if (rc != MEMRA_OK)
+        return rc;
+    for (uint32_t r = 0; r < be->layout.n_regions; r++) {
+        const memra_slot_region *reg = &be->layout.regions[r];
+        if (!reg->zero_on_admit) /* KV is written before it is read: positions [0, pos] */
+            continue;
+        /* a new sequence's conv window and delta state are zero; stream-ordered before the
+         * next tick, which runs on the same stream */
+        const cudaError_t e = cudaMemsetAsync(
+            (void *)(uintptr_t)memra_slot_region_addr(&be->pool, slot, r), 0, reg->bytes, be->stream);
+        if (e != cudaSuccess) {
+            memra_slot_pool_release(&be->pool, slot, NULL);
+            return memra_cudart_fail(err, e, "cudaMemsetAsync(slot state)", __FILE__, __LINE__);
+        }
+    }
+    be->sessions[slot] = (cuda_session){.live = 1, .pos = 0, .params = params ? *params : k_greedy};
+    *session = slot;
+    return MEMRA_OK;
+}
+
+static int session_ok(const memra_cuda_backend *be, uint32_t s)
+{
+    return s < be->opts.n_slots && be->sessions[s].live;
+}
+
+int memra_cuda_session_retire(memra_cuda_backend *be, uint32_t session, memra_err *err)
+{
+    if (!session_ok(be, session))
+        return MEMRA_FAIL(err, MEMRA_ERR_INVALID_ARG, "session %u is not admitted", session);
+    be->sessions[session].live = 0;
+    be->sessions[session].failed = 0;
+    return memra_slot_pool_release(&be->pool, session, err);
+}
+
+int memra_cuda_session_set_params(memra_cuda_backend *be, uint32_t session,
+                                  const memra_sample_params *params, memra_err *err)
+{
+    if (!session_ok(be, session))
+        return MEMRA_FAIL(err, MEMRA_ERR_INVALID_ARG, "session %u is not admitted", session);
+    be->sessions[session].params = params ? *params : k_greedy;
+    return MEMRA_OK;
+}
+
+uint32_t memra_cuda_session_pos(const memra_cuda_backend *be, uint32_t session)
+{
+    return session_ok(be, session) ? be->sessions[session].pos : 0;
+}
+
+int memra_cuda_session_failed(const memra_cuda_backend *be, uint32_t session)
+{
+    return session_ok(be, session) && be->sessions[session].failed;
+}
+
+/* ======================================== step ======================================== */
+
+/* Every input of a step, checked before anything runs; *tier_idx gets the manifest index. */
+static int step_check(const memra_cuda_backend *be, const memra_cuda_step *st, uint32_t *tier_idx,
+                      memra_err *err)
+{
+    const uint32_t max_b = be->m->tiers[be->n_tiers - 1];
+    if (st->n_rows == 0 || st->n_rows > max_b || !st->sessions || !st->tokens)
+        return MEMRA_FAIL(err, MEMRA_ERR_INVALID_ARG, "step: %u rows (1..%u) or missing arrays",
+                          st->n_rows, max_b);
+    const uint32_t tier = st->tier ? st->tier : memra_plan_tier_for(be->m, st->n_rows);
+    uint32_t t = 0;
+    while (t < be->n_tiers && be->m->tiers[t] != tier)
+        t++;
+    if (t == be->n_tiers || tier < st->n_rows)
+        return MEMRA_FAIL(err, MEMRA_ERR_INVALID_ARG, "step: no plan tier %u for %u rows", tier,
+                          st->n_rows);
+    for (uint32_t r = 0; r < st->n_rows; r++) {
+        const uint32_t s = st->sessions[r];
+        if (!session_ok(be, s))
+            return MEMRA_FAIL(err, MEMRA_ERR_INVALID_ARG, "step row %u: session %u is not admitted", r, s);
+        if (be->sessions[s].failed)
+            return MEMRA_FAIL(err, MEMRA_ERR_INVALID_ARG, "step row %u: session %u failed in an "
+                              "earlier tick (its state is undefined); retire it", r, s);
+        for (uint32_t q = 0; q < r; q++)
+            if (st->sessions[q] == s)
+                return MEMRA_FAIL(err, MEMRA_ERR_INVALID_ARG, "step: session %u in rows %u and %u", s, q, r);
+        if (st->tokens[r] < 0 || (uint32_t)st->tokens[r] >= be->m->n_vocab)
+            return MEMRA_FAIL(err, MEMRA_ERR_INVALID_ARG, "step row %u: token %d outside the "
+                              "vocabulary (0..%u)", r, st->tokens[r], be->m->n_vocab - 1);
+        if (be->sessions[s].pos >= be->opts.n_ctx)
+            return MEMRA_FAIL(err, MEMRA_ERR_CAPACITY, "session %u is full (n_ctx = %u)", s,
+                              be->opts.n_ctx);
+    }
+    *tier_idx = t;
+    return MEMRA_OK;
+}
+
+/* Pinned tick block of plan cp for this step: live rows from their sessions, padded rows
+ * inert (token 0, position 0, greedy, every state pointer at the scratch slot). */
+static void fill_tick(const memra_cuda_backend *be, cuda_plan *cp, const memra_cuda_step *st)
+{
+    memra_tick *tk = &cp->host;
+    const uint32_t b = tk->layout.b;
+    for (uint32_t r = 0; r < b; r++) {
+        const int live = r < st->n_rows;
+        const cuda_session *se = live ? &be->sessions[st->sessions[r]] : NULL;
+        const uint32_t slot = live ? st->sessions[r] : memra_slot_scratch(&be->pool);
+        tk->tokens[r] = live ? st->tokens[r] : 0;
+        tk->positions[r] = live ? (int32_t)se->pos : 0;
+        tk->params[r] = live ? se->params : k_greedy;
+        tk->params[r].step = live ? se->pos : 0;
+        tk->out_tokens[r] = -1;
+        for (uint32_t i = 0; i < cp->plan->n_states; i++)
+            memra_tick_region_row(tk, i)[r] = memra_slot_region_addr(&be->pool, slot, cp->region_map[i]);
+    }
+}
+
+/* A device error during a tick: the tick's sessions are marked failed (they may have been
+ * partly advanced), and the context is probed: an error that survives clearing the last
+ * error and draining the device is sticky and poisons the engine. */
+static int tick_failed(memra_cuda_backend *be, const memra_cuda_step *st, uint32_t t, int rc,
+                       memra_err *err)
+{
+    for (uint32_t r = 0; r < st->n_rows; r++)
+        be->sessions[st->sessions[r]].failed = 1;
+    (void)cudaGetLastError();
+    const cudaError_t probe = cudaDeviceSynchronize();
+    if (probe != cudaSuccess) {
+        be->poisoned = 1;
+        snprintf(be->poison_msg, sizeof be->poison_msg, "%s at tick %llu, tier b%u",
+                 cudaGetErrorName(probe), (unsigned long long)be->n_ticks, be->m->tiers[t]);
+    }
+    if (err && err->code == MEMRA_ERR_CUDA) {
+        const size_t len = strlen(err->msg);
+        if (len + 1 < sizeof err->msg)
+            snprintf(err->msg + len, sizeof err->msg - len, "; %s", be->poisoned ?
+                     "the error is sticky: the CUDA context is poisoned, close the engine" :
+                     "the tick's sessions are marked failed, the engine serves the others");
+    }
+    return rc;
+}
+
+/* Launch tier t (graph, or eager when asked or when a fault is armed) and wait for it. */
+static int run_tick(memra_cuda_backend *be, uint32_t t, memra_err *err)
+{
+    int rc = MEMRA_OK;
+    const int eager = !be->opts.graphs || be->fault.kind != MEMRA_CUDA_FAULT_NONE;
+    MEMRA_RT_TRY(err, cudaEventRecord(be->ev_start, be->stream));
+    if (eager)
+        MEMRA_TRY(enqueue_tier(be, t, be->stream, 1, err));
+    else
+        MEMRA_TRY(memra_graph_launch(&be->graphs[t], be->stream, err));
+    MEMRA_RT_TRY(err, cudaEventRecord(be->ev_done, be->stream));
+    const cudaError_t e = cudaEventSynchronize(be->ev_done);
+    if (e != cudaSuccess)
+        return MEMRA_FAIL(err, MEMRA_ERR_CUDA, "tier b%u: %s (%s) during the %s", be->m->tiers[t],
+                          cudaGetErrorName(e), cudaGetErrorString(e), eager ?
+                          "eager tick (launch unknown: set sync_launches to locate it)" :
+                          "graph replay (launch unknown: run eagerly with sync_launches to locate it)");
+    float ms = 0;
+    if (cudaEventElapsedTime(&ms, be->ev_start, be->ev_done) == cudaSuccess)
+        be->info.last_tick_ms = ms;
+    return MEMRA_OK;
+fail:
+    return rc;
+}
+
+int memra_cuda_backend_step(memra_cuda_backend *be, const memra_cuda_step *st, memra_err *err)
+{
+    uint32_t t = 0;
+    if (be->poisoned)
+        return poisoned_fail(be, err);
+    int rc = step_check(be, st, &t, err);
+    if (rc == MEMRA_OK)
+        rc = bind_thread(be, err);
+    if (rc != MEMRA_OK)
+        return rc;
+    be->last_tier = 0;
+    for (uint32_t s = 0; s < be->n_stages; s++)
+        fill_tick(be, plan_at(be, t, s), st);
+    rc = run_tick(be, t, err);
+    be->fault.kind = MEMRA_CUDA_FAULT_NONE; /* an armed fault fires once */
+    be->n_ticks++;
+    if (rc != MEMRA_OK)
+        return tick_failed(be, st, t, rc, err);
+    const memra_tick *last = &plan_at(be, t, be->n_stages - 1)->host;
+    for (uint32_t r = 0; r < st->n_rows; r++) {
+        be->sessions[st->sessions[r]].pos++;
+        if (st->out_tokens)
+            st->out_tokens[r] = last->out_tokens[r];
+    }
+    be->last_tier = t + 1;
+    be->last_rows = st->n_rows;
+    return MEMRA_OK;
+}
+
+/* ====================================== readout ====================================== */
+
+int memra_cuda_backend_logits(memra_cuda_backend *be, uint32_t row, uint32_t n_rows, float *dst,
+                              memra_err *err)
+{
+    int rc = MEMRA_OK;
+    if (be->poisoned)
+        return poisoned_fail(be, err);
+    if (!be->last_tier || n_rows == 0 || row >= be->last_rows || n_rows > be->last_rows - row || !dst)
+        return MEMRA_FAIL(err, MEMRA_ERR_INVALID_ARG, "logits: rows [%u, %u) are not rows of the "
+                          "last successful step (%u rows)", row, row + n_rows, be->last_rows);
+    MEMRA_TRY(bind_thread(be, err));
+    const memra_plan *p = plan_at(be, be->last_tier - 1, be->n_stages - 1)->plan;
+    const size_t row_bytes = (size_t)be->m->n_vocab * sizeof(float);
+    const uint8_t *src = be->arena[be->n_stages - 1] + p->buffers[p->logits].offset + row * row_bytes;
+    MEMRA_RT_TRY(err, cudaMemcpyAsync(dst, src, n_rows * row_bytes, cudaMemcpyDeviceToHost, be->stream));
+    MEMRA_RT_TRY(err, cudaStreamSynchronize(be->stream));
+    return MEMRA_OK;
+fail:
+    return rc;
+}
+
+int memra_cuda_backend_inject_fault(memra_cuda_backend *be, uint32_t tier, uint32_t launch,
+                                    int kind, memra_err *err)
+{
+    uint32_t t = 0;
+    while (t < be->n_tiers && be->m->tiers[t] != tier)
+        t++;
+    if (t == be->n_tiers || (kind != MEMRA_CUDA_FAULT_LAUNCH && kind != MEMRA_CUDA_FAULT_STICKY))
+        return MEMRA_FAIL(err, MEMRA_ERR_INVALID_ARG, "fault: no tier %u or unknown kind %d", tier, kind);
+    const memra_plan *p = plan_at(be, t, 0)->plan;
+    if (launch >= p->n_launches || p->launches[launch].op != MEMRA_OP_MMVQ)
+        return MEMRA_FAIL(err, MEMRA_ERR_INVALID_ARG, "fault: launch %u of tier %u stage 0 is "
+                          "not an mmvq launch", launch, tier);
+    be->fault = (fault){.kind = kind, .tier = t, .launch = launch};
+    return MEMRA_OK;
+}

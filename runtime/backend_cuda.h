@@ -1,0 +1,164 @@
+/*
+ * backend_cuda.h — the CUDA backend: executes the validated plans of a plan directory on one
+ * GPU, one captured CUDA graph per batch tier (DESIGN.md "The tick block and the pointer
+ * table", "State: the slot pool", "Pipeline stages").
+ *
+ * The API mirrors backend_cpu.h (memra_cpu_* -> memra_cuda_*) so that hosts (memra-run,
+ * memra-bench, memra-serve) switch backends by switching prefixes: open with a plan
+ * directory and the model, admit sessions (each owns a slot of the slot pool), step a tick
+ * with a rows -> sessions mapping, read the sampled tokens (and, when asked, a row's logits),
+ * retire. The differences: logits live on the device and are copied out on request
+ * (memra_cuda_backend_logits), and there is run-time information (memra_cuda_backend_info).
+ *
+ * Engine start (memra_cuda_backend_open), once:
+ *   1. every plan of the manifest is loaded and validated against the model (plan.h);
+ *   2. the weights every plan references are uploaded once into one device region (file
+ *      order, 256-byte aligned, through two pinned staging chunks; progress and GB/s go to
+ *      the log callback at MEMRA_LOG_INFO);
+ *   3. per pipeline stage: the activation arena (the largest tier's) and the slot pool
+ *      (n_slots slots + the scratch slot) are allocated on the device and zeroed;
+ *   4. every NVRTC specialization of the manifest is loaded (disk cache, compiled if
+ *      missing: memra-plan --precompile fills the cache ahead of time);
+ *   5. every launch of every (tier, stage) plan is bound once to its args struct holding
+ *      device pointers (arena offsets, weights, the device copy of that plan's tick block)
+ *      and checked; mmvq launches get their NVRTC function and geometry;
+ *   6. per tier, the eager launch sequence of all stages is stream-captured into one CUDA
+ *      graph and instantiated (opts.graphs; else the eager sequence runs every tick).
+ *
+ * One tick (memra_cuda_backend_step): the host checks the inputs, writes each stage's tick
+ * block (tokens, positions, sampling params, pointer table: per state region, per row, the
+ * device base of that row's slot region; padded rows point at the scratch slot) into pinned
+ * memory, launches the tier's graph (first node: the block's host-to-device copy; per stage
+ * after the first: the [b, n_embd] boundary copy; last node: the sampled tokens back) and
+ * waits for one event. No node is patched, nothing allocated or compiled per tick.
+ *
+ * Exactness: the graph replays exactly the eager sequence (same args structs, same launch
+ * geometry), and stages only move where the residual lives, so graph == eager and two
+ * stages == one stage bit for bit (tests/gpu/test_backend_gpu.c checks both with memcmp,
+ * and isolation across tiers, and agreement with the CPU backend).
+ *
+ * Failure: every input is checked before anything runs (a refused step changes nothing).
+ * A CUDA error during a tick returns MEMRA_ERR_CUDA naming the op, its launch index and
+ * stage when known (launch-time errors; asynchronous faults in eager mode with
+ * opts.sync_launches), else the tier and "graph replay". The sessions of that tick are then
+ * marked failed (their state is undefined: they can only be retired); the engine keeps
+ * serving the others. A sticky error (illegal address, trap, ...) poisons the CUDA context:
+ * the message says so, memra_cuda_backend_poisoned() turns true, every later call that
+ * needs the device fails with MEMRA_ERR_CUDA, and close resets the device so the process can
+ * open a new engine.
+ *
+ * Must not: print (logs go through memra_log), allocate or decide anything per tick,
+ * patch graph nodes, or touch the GPU from more than one host thread at a time (an engine
+ * belongs to one thread at a time).
+ */
+#ifndef MEMRA_BACKEND_CUDA_H
+#define MEMRA_BACKEND_CUDA_H
+
+#include <stdint.h>
+
+#include "err.h"
+#include "gguf.h"
+#include "plan.h"
+#include "sample.h"
+
+typedef struct memra_cuda_opts {
+    uint32_t n_slots;     /* sessions live at once (default 16) */
+    uint32_t n_ctx;       /* tokens per session (default 4096) */
+    int device;           /* CUDA device ordinal (default 0); every stage runs on it */
+    int graphs;           /* 1 (default): replay one captured graph per tier; 0: eager */
+    int pdl;              /* 1 (default): launch PDL-aware kernels (mmvq) with programmatic
+                             stream serialization, so their weight prefetch overlaps the
+                             previous kernel's tail; 0: plain stream order */
+    int sync_launches;    /* 0 (default); 1: eager ticks synchronize after every launch, so
+                             an asynchronous fault names its launch (debugging; slow) */
+    uint32_t staging_mib; /* pinned staging chunk of the weight upload, MiB (default 64) */
+} memra_cuda_opts;
+
+void memra_cuda_opts_init(memra_cuda_opts *o);
+
+typedef struct memra_cuda_backend memra_cuda_backend;
+
+/* Open device opts.device, then steps 1-6 above. g is borrowed and must outlive the
+ * backend. o NULL = defaults. Codes: those of memra_plan_load; MEMRA_ERR_UNSUPPORTED when
+ * there is no CUDA driver or device (the message says which) or a plan uses an op without a
+ * CUDA kernel; MEMRA_ERR_PLAN for a launch its op refuses (named); MEMRA_ERR_CUDA (device
+ * out of memory, NVRTC, capture), MEMRA_ERR_INVALID_ARG (options). */
+int memra_cuda_backend_open(const char *plan_dir, const memra_gguf *g, const memra_cuda_opts *o,
+                            memra_cuda_backend **out, memra_err *err);
+/* NULL is a no-op. Frees every device resource; a poisoned engine also resets the device. */
+void memra_cuda_backend_close(memra_cuda_backend *be);
+
+const memra_plan_manifest *memra_cuda_backend_manifest(const memra_cuda_backend *be);
+uint32_t memra_cuda_backend_n_vocab(const memra_cuda_backend *be);
+
+/* Sessions: as memra_cpu_session_* (admission zeroes the slot's recurrent state on the
+ * device, stream-ordered before the next tick). MEMRA_ERR_CAPACITY when every slot is
+ * taken; MEMRA_ERR_CUDA when the engine is poisoned. */
+int memra_cuda_session_admit(memra_cuda_backend *be, const memra_sample_params *params,
+                             uint32_t *session, memra_err *err);
+int memra_cuda_session_retire(memra_cuda_backend *be, uint32_t session, memra_err *err);
+int memra_cuda_session_set_params(memra_cuda_backend *be, uint32_t session,
+                                  const memra_sample_params *params, memra_err *err);
+/* Tokens the session has consumed (its next position); 0 for an unknown session. */
+uint32_t memra_cuda_session_pos(const memra_cuda_backend *be, uint32_t session);
+/* 1 when the session was in a tick that failed on the device (retire it). */
+int memra_cuda_session_failed(const memra_cuda_backend *be, uint32_t session);
+
+typedef struct memra_cuda_step {
+    uint32_t n_rows;          /* 1 .. largest tier */
+    const uint32_t *sessions; /* [n_rows] distinct admitted sessions: row r runs sessions[r] */
+    const int32_t *tokens;    /* [n_rows] the token each session consumes this tick */
+    uint32_t tier;            /* 0 = the smallest tier >= n_rows; else that manifest tier */
+    int32_t *out_tokens;      /* [n_rows] sampled next tokens, or NULL */
+} memra_cuda_step;
+
+/* One tick. Input errors as memra_cpu_backend_step (INVALID_ARG, CAPACITY; nothing ran);
+ * device errors as described in the header comment (MEMRA_ERR_CUDA). */
+int memra_cuda_backend_step(memra_cuda_backend *be, const memra_cuda_step *st, memra_err *err);
+
+/* Copy the logits of rows [row, row + n_rows) of the last successful step into
+ * dst[n_rows][n_vocab] (they stay on the device until the next step). MEMRA_ERR_INVALID_ARG
+ * when there was no successful step or the rows are outside it. */
+int memra_cuda_backend_logits(memra_cuda_backend *be, uint32_t row, uint32_t n_rows, float *dst,
+                              memra_err *err);
+/* Tier of the last successful step (0 before the first). */
+uint32_t memra_cuda_backend_last_tier(const memra_cuda_backend *be);
+/* 1 once a sticky CUDA error poisoned the context. */
+int memra_cuda_backend_poisoned(const memra_cuda_backend *be);
+
+typedef struct memra_cuda_info {
+    char device_name[128];
+    int sm;                    /* 10 * major + minor */
+    int n_sm;                  /* multiprocessors */
+    uint64_t weight_bytes;     /* uploaded (the distinct tensors the plans reference) */
+    double upload_ms;          /* weight upload wall time (mmap read + copies) */
+    uint64_t arena_bytes;      /* activation arenas, all stages */
+    uint64_t slot_bytes;       /* slot pools incl. the scratch slot, all stages */
+    uint32_t n_kernels;        /* NVRTC specializations loaded */
+    double kernels_ms;         /* their loading (cache reads, compiles) */
+    double capture_ms;         /* graph capture + instantiation, all tiers */
+    uint32_t n_tiers;
+    uint32_t tiers[MEMRA_PLAN_MAX_TIERS];       /* = the manifest's */
+    uint32_t launches[MEMRA_PLAN_MAX_TIERS];    /* kernel launches per tick, all stages */
+    uint32_t graph_nodes[MEMRA_PLAN_MAX_TIERS]; /* nodes of the tier's graph; 0 when eager */
+    uint64_t tick_bytes[MEMRA_PLAN_MAX_TIERS];  /* weight bytes streamed per tick (plan stats) */
+    float last_tick_ms;        /* device time of the last successful step (CUDA events) */
+    int graphs, pdl;           /* the effective options */
+} memra_cuda_info;
+
+const memra_cuda_info *memra_cuda_backend_info(const memra_cuda_backend *be);
+
+/* ---- fault injection, for the failure-handling tests only ---- */
+enum {
+    MEMRA_CUDA_FAULT_NONE = 0,
+    MEMRA_CUDA_FAULT_LAUNCH = 1, /* the launch is made with an invalid block size: a
+                                    launch-time error that leaves the context usable */
+    MEMRA_CUDA_FAULT_STICKY = 2, /* the launch reads an unmapped address: an asynchronous
+                                    fault that poisons the context */
+};
+/* Arms a fault for the next step at manifest tier `tier` and stage 0: launch `launch` (which
+ * must be an mmvq launch) misbehaves as `kind`; that step then runs eagerly. Fires once. */
+int memra_cuda_backend_inject_fault(memra_cuda_backend *be, uint32_t tier, uint32_t launch,
+                                    int kind, memra_err *err);
+
+#endif

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# device-run.sh — the one script for the GPU machine: runs memra-gpu-tests (mmvq and
+# quantize_q8_1 checks, then the bandwidth measurement), optionally a compute-sanitizer pass,
+# and prints a short summary table last.
+#
+#   scripts/device-run.sh pack        (here) build memra-gpu-tests in build-nvrtc/ and copy it,
+#                                      with the shared libraries the GPU machine lacks, to
+#                                      .carry/nvrtc/ (ignored by git; pass carry: [".carry"])
+#   scripts/device-run.sh run [sanitize]   (on the GPU machine, from the repo root) run it;
+#                                      full logs go to $OUT (or out/ when OUT is unset)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+mode=${1:-run}
+carry=.carry/nvrtc
+
+if [ "$mode" = pack ]; then
+  set -e
+  cmake -S . -B build-nvrtc -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  cmake --build build-nvrtc -j2 --target memra-gpu-tests
+  rm -rf "$carry" && mkdir -p "$carry/lib"
+  cp build-nvrtc/memra-gpu-tests "$carry/"
+  /work/shared/tools/device-libs.sh "$carry/lib" "$carry/memra-gpu-tests" >/dev/null
+  du -sh "$carry"
+  exit 0
+fi
+
+out=${OUT:-out}
+mkdir -p "$out"
+export LD_LIBRARY_PATH="$PWD/$carry/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PATH:-}"
+export CK_FORK=no XDG_CACHE_HOME=/tmp/memra-kcache
+bin=$carry/memra-gpu-tests
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.draw \
+  --format=csv >"$out/gpu.txt" 2>&1
+
+start=$(date +%s)
+timeout 230 "$bin" >"$out/gpu-tests.log" 2>&1
+rc=$?
+echo "memra-gpu-tests rc=$rc in $(( $(date +%s) - start )) s" >>"$out/gpu-tests.log"
+
+if [ "${2:-}" = sanitize ] && command -v compute-sanitizer >/dev/null; then
+  # misaligned-block types (1-, 2-byte) and exact-size weight allocations: any read past a
+  # weight or out of shared memory is reported
+  MEMRA_GPU_QUICK=1 MEMRA_GPU_NO_BENCH=1 MEMRA_GPU_TYPES=q4_0,q6_K,mxfp4,nvfp4,q8_0 \
+    timeout 100 compute-sanitizer --tool memcheck --print-limit 20 "$bin" \
+    >"$out/sanitizer.log" 2>&1
+  echo "compute-sanitizer rc=$?" >>"$out/sanitizer.log"
+fi
+
+echo "=== GPU ==="
+cat "$out/gpu.txt"
+grep -E "^  FAIL|^SKIP" "$out/gpu-tests.log" | head -30
+if [ -f "$out/sanitizer.log" ]; then
+  echo "=== compute-sanitizer (memcheck, quick shapes) ==="
+  grep -E "ERROR SUMMARY|Invalid|rc=" "$out/sanitizer.log" | head -10
+fi
+echo "=== summary ==="
+grep '^TABLE|' "$out/gpu-tests.log" | cut -d'|' -f2-
+grep -E "^[0-9]+%: Checks|rc=" "$out/gpu-tests.log"
+exit $rc
