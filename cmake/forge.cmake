@@ -7,4 +7,4 @@ memra_area(forge SOURCES tests/forge.c tests/forge_vocab.c
            TESTS tests/test_forge.c)
 # Consumers (tools, other areas' tests) include "forge.h".
 target_include_directories(memra_forge PUBLIC ${MEMRA_ROOT}/tests)
-memra_tool(memra-forge SOURCES tools/memra-forge.c DEPS memra_forge)
+memra_tool(memra-forge SOURCES tools/memra-forge.c DEPS memra_forge memra_vocab_hf)

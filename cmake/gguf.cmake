@@ -1,7 +1,8 @@
 # gguf: the GGUF v2/v3 reader/writer (runtime/gguf.c), memra-inspect, and the libFuzzer target.
 memra_area(gguf SOURCES runtime/gguf.c DEPS memra_base PkgConfig::XXHASH
            TESTS tests/test_gguf.c)
-memra_tool(memra-inspect SOURCES tools/memra-inspect.c DEPS memra_gguf memra_quant)
+memra_tool(memra-inspect SOURCES tools/memra-inspect.c DEPS memra_gguf memra_quant
+           memra_tokenizer)
 
 # libFuzzer target (clang only): CC=clang cmake -S . -B build-fuzz -DMEMRA_FUZZ=ON
 # The top-level MEMRA_FUZZ option already compiles everything with fuzzer-no-link + ASan/UBSan.

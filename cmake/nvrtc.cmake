@@ -3,8 +3,9 @@
 # loaded at run time (runtime/cuda_util.c), the CPU test that compiles every specialization
 # (tests/test_nvrtc.c, part of memra-tests) and the GPU test binary memra-gpu-tests.
 #
-# Only NVRTC is linked (CUDA::nvrtc, from the toolkit): libcuda.so.1 comes with the driver and
-# is dlopened, so every binary still starts, and GPU tests SKIP, on machines without a GPU.
+# Only NVRTC is linked (from the toolkit): libcuda.so.1 comes with the driver and is dlopened
+# (runtime/cuda_util.c), so every binary still starts, and GPU tests SKIP, on machines
+# without a GPU.
 if(NOT MEMRA_HAVE_CUDA)
   return()
 endif()
@@ -32,10 +33,17 @@ string(APPEND memra_nvrtc_body
        "const int memra_nvrtc_n_files = ${i};\n")
 file(CONFIGURE OUTPUT ${memra_nvrtc_gen} CONTENT "${memra_nvrtc_body}" @ONLY)
 
+# libnvrtc by file, not CUDA::nvrtc: FindCUDAToolkit gives that target an interface
+# dependency on the libcuda stub, which an ASan link (no --as-needed) turns into a NEEDED
+# libcuda.so.1, and then memra-tests would not start on a machine without a driver.
+add_library(memra_libnvrtc SHARED IMPORTED)
+set_target_properties(memra_libnvrtc PROPERTIES IMPORTED_LOCATION ${CUDA_nvrtc_LIBRARY}
+                      INTERFACE_INCLUDE_DIRECTORIES "${CUDAToolkit_INCLUDE_DIRS}")
 memra_area(nvrtc
   SOURCES runtime/nvrtc.c runtime/cuda_util.c ${memra_nvrtc_gen}
-  DEPS memra_base CUDA::nvrtc PkgConfig::XXHASH Threads::Threads ${CMAKE_DL_LIBS}
-  TESTS tests/test_nvrtc.c)
+  DEPS memra_base memra_libnvrtc PkgConfig::XXHASH Threads::Threads ${CMAKE_DL_LIBS}
+  TESTS tests/test_nvrtc.c
+  TEST_DEPS memra_quant)
 # runtime/nvrtc.h shadows the toolkit's <nvrtc.h> on the area include path (-I runtime comes
 # before the toolkit's -isystem), so runtime/nvrtc.c includes the toolkit header by path.
 find_file(MEMRA_TOOLKIT_NVRTC_H nvrtc.h PATHS ${CUDAToolkit_INCLUDE_DIRS} NO_DEFAULT_PATH REQUIRED)

@@ -44,3 +44,9 @@ if(MEMRA_FUZZ)
   target_link_libraries(fuzz_tokenizer PRIVATE memra_vocab_hf memra_tokenizer)
   target_link_options(fuzz_tokenizer PRIVATE -fsanitize=fuzzer)
 endif()
+
+
+# memra-run -p TEXT [--chat] (tools/memra-run.c, declared by refmodel.cmake) tokenizes with it.
+if(TARGET memra-run)
+  target_link_libraries(memra-run PRIVATE memra_tokenizer)
+endif()

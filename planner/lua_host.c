@@ -182,6 +182,15 @@ static void host_template(lua_State *L, memra_lua_host *h)
     lua_pushnil(L);
     lua_setfield(L, -2, "dump"); /* bytecode out is as unwanted as bytecode in */
     lua_pop(L, 1);
+    /* Strings' shared metatable: hide it, so no script can patch the string library that
+     * every later chunk's ("x"):method() calls go through. */
+    lua_pushliteral(L, "");
+    if (lua_getmetatable(L, -1)) {
+        lua_pushliteral(L, "locked");
+        lua_setfield(L, -2, "__metatable");
+        lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
     lua_pushcfunction(L, safe_load);
     lua_setfield(L, t, "load");
     lua_pushcfunction(L, safe_print);

@@ -63,6 +63,22 @@ int memra_cpu_session_set_params(memra_cpu_backend *be, uint32_t session,
 /* Tokens the session has consumed (its next position); 0 for an unknown session. */
 uint32_t memra_cpu_session_pos(const memra_cpu_backend *be, uint32_t session);
 
+/* Benchmarks (memra-bench): put an admitted session at position pos with a synthetic
+ * history, as if pos tokens had been consumed, so deep-context cases start at once instead
+ * of after pos ticks. Every KV region of its slot gets tokens [0, pos) filled, every
+ * recurrent region (conv, ssm) is filled whole (zeroed when pos = 0, as at admission); the
+ * values are finite and a pure function of (seed, slot-layout region index r, element index
+ * i inside the region), never of the slot, so the same seed restores the same state in any
+ * slot (memra-bench re-fills to compare a row at tier B with the same state at tier 1):
+ *   h = splitmix64_mix(seed + (r + 1) * 0x9E3779B97F4A7C15 + i * 0xD1B54A32D192ED03)
+ *   v = (h >> 40) * 2^-24 * 2 - 1                         (uniform in [-1, 1))
+ *   f32 conv: v;  f32 ssm: v / 4;  f16 KV: fp16_RN(v);
+ *   q8_0 KV block j (elements 32j..32j+31): d = fp16_RN(1/127), qs[k] = (int8)lrintf(127 v)
+ * splitmix64_mix(z): z = (z ^ z >> 30) * 0xBF58476D1CE4E5B9; z = (z ^ z >> 27) *
+ * 0x94D049BB133111EB; z ^ z >> 31. INVALID_ARG: unknown session, pos >= n_ctx. */
+int memra_cpu_session_fill_synthetic(memra_cpu_backend *be, uint32_t session, uint32_t pos,
+                                     uint64_t seed, memra_err *err);
+
 typedef struct memra_cpu_step {
     uint32_t n_rows;          /* 1 .. largest tier */
     const uint32_t *sessions; /* [n_rows] distinct admitted sessions: row r runs sessions[r] */

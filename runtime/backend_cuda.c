@@ -17,10 +17,13 @@
 
 #include <cuda.h>
 #include <cuda_runtime_api.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "attn_decode.h"
 #include "attn_prep.h"
@@ -701,31 +704,101 @@ fail:
     return rc;
 }
 
-/* Every NVRTC specialization of the manifest: from the disk cache, compiled when missing.
- * Keys of templates NVRTC does not have (attn_decode, mmvq_moe, moe_down) name the
- * geometry of a fixed nvcc kernel that covers every geometry; they load nothing. */
+/* ---- parallel precompile: NVRTC needs no GPU and compiles one key per thread; a cold
+ * cache of a plan set (dozens of keys, seconds to tens of seconds each) fills in the time of
+ * the slowest few instead of their sum. ---- */
+
+typedef struct precompile_job {
+    const memra_cuda_backend *be;
+    const char *const *keys; /* [n] NVRTC keys */
+    uint32_t n;
+    atomic_uint next;
+    pthread_mutex_t mu;
+    int rc;                  /* first failure */
+    memra_err err;
+} precompile_job;
+
+static void *precompile_worker(void *arg)
+{
+    precompile_job *j = arg;
+    for (uint32_t i; (i = atomic_fetch_add(&j->next, 1)) < j->n;) {
+        memra_cubin c;
+        memra_err e;
+        memra_err_clear(&e);
+        const int rc = memra_nvrtc_compile(j->keys[i], j->be->info.sm, &c, &e);
+        if (rc == MEMRA_OK) {
+            memra_cubin_free(&c);
+            continue;
+        }
+        pthread_mutex_lock(&j->mu);
+        if (j->rc == MEMRA_OK)
+            j->rc = rc, j->err = e;
+        pthread_mutex_unlock(&j->mu);
+    }
+    return NULL;
+}
+
+/* Fills the disk cache with every key (no-op when the disk cache is disabled: the cubins
+ * would be compiled twice). Returns the first compile error. */
+static int precompile(const memra_cuda_backend *be, const char *const *keys, uint32_t n,
+                      memra_err *err)
+{
+    if (n < 2 || !memra_nvrtc_cache_dir()[0])
+        return MEMRA_OK;
+    precompile_job j = {.be = be, .keys = keys, .n = n, .rc = MEMRA_OK};
+    atomic_init(&j.next, 0);
+    pthread_mutex_init(&j.mu, NULL);
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    uint32_t nt = cpus < 1 ? 1 : cpus > 32 ? 32 : (uint32_t)cpus;
+    if (nt > n)
+        nt = n;
+    pthread_t th[32];
+    uint32_t started = 0;
+    while (started < nt && pthread_create(&th[started], NULL, precompile_worker, &j) == 0)
+        started++;
+    precompile_worker(&j); /* this thread works too (and alone if no thread started) */
+    for (uint32_t i = 0; i < started; i++)
+        pthread_join(th[i], NULL);
+    pthread_mutex_destroy(&j.mu);
+    if (j.rc != MEMRA_OK && err && err->code == MEMRA_OK)
+        *err = j.err;
+    return j.rc;
+}
+
+/* Every NVRTC specialization of the manifest: from the disk cache, compiled when missing
+ * (in parallel). Keys of templates NVRTC does not have (attn_decode, mmvq_moe, moe_down)
+ * name the geometry of a fixed nvcc kernel that covers every geometry; they load nothing. */
 static int load_kernels(memra_cuda_backend *be, memra_err *err)
 {
     const double t0 = now_ms();
     memra_nvrtc_stats s0, s1;
     memra_nvrtc_stats_get(&s0);
+    const char **keys = calloc(be->m->n_kernels ? be->m->n_kernels : 1, sizeof *keys);
+    if (!keys)
+        return MEMRA_FAIL(err, MEMRA_ERR_NOMEM, "kernel keys: out of memory");
+    uint32_t n = 0;
     for (uint32_t i = 0; i < be->m->n_kernels; i++) {
         memra_kernel_spec spec;
-        CUfunction fn;
-        if (memra_kernel_spec_parse(be->m->kernels[i], be->info.sm, &spec, NULL) != MEMRA_OK) {
+        if (memra_kernel_spec_parse(be->m->kernels[i], be->info.sm, &spec, NULL) == MEMRA_OK)
+            keys[n++] = be->m->kernels[i];
+        else
             memra_log(MEMRA_LOG_DEBUG, "kernel %s: fixed nvcc kernel", be->m->kernels[i]);
-            continue;
-        }
-        int rc = memra_kernel_get(be->kc, be->m->kernels[i], &fn, err);
-        if (rc != MEMRA_OK)
-            return rc;
-        be->info.n_kernels++;
     }
+    int rc = precompile(be, keys, n, err);
+    for (uint32_t i = 0; rc == MEMRA_OK && i < n; i++) {
+        CUfunction fn;
+        rc = memra_kernel_get(be->kc, keys[i], &fn, err);
+    }
+    free(keys);
+    if (rc != MEMRA_OK)
+        return rc;
+    be->info.n_kernels = n;
     memra_nvrtc_stats_get(&s1);
     be->info.kernels_ms = now_ms() - t0;
-    memra_log(MEMRA_LOG_INFO, "kernels: %u NVRTC specializations in %.0f ms (%ld from the disk "
-              "cache %s, %ld compiled)", be->info.n_kernels, be->info.kernels_ms,
-              s1.cache_hits - s0.cache_hits, memra_nvrtc_cache_dir(), s1.compiles - s0.compiles);
+    const long compiled = s1.compiles - s0.compiles;
+    memra_log(MEMRA_LOG_INFO, "kernels: %u NVRTC specializations in %.0f ms (%ld compiled, the "
+              "rest from the disk cache '%s')", n, be->info.kernels_ms, compiled,
+              memra_nvrtc_cache_dir());
     return MEMRA_OK;
 }
 
@@ -964,8 +1037,8 @@ int memra_cuda_backend_open(const char *plan_dir, const memra_gguf *g, const mem
                         be->opts.staging_mib, be->opts.device);
         goto fail;
     }
+    MEMRA_TRY(open_device(be, err)); /* first: without a GPU nothing else matters */
     MEMRA_TRY(load_plans(be, plan_dir, err));
-    MEMRA_TRY(open_device(be, err));
     MEMRA_TRY(weights_layout(be, err));
     MEMRA_TRY(weights_upload(be, err));
     MEMRA_TRY(setup_slots(be, err));

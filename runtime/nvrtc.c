@@ -22,7 +22,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -440,23 +439,6 @@ static int compile_failed(nvrtcProgram prog, const char *key, memra_err *err)
     return rc;
 }
 
-/* One tiny compile runs alone before any other: a 16-thread warm-up on the GPU machine
- * crashed within a second while the same warm-up under compute-sanitizer passed, and
- * racy one-time initialization inside NVRTC is the suspect (not established). Costs one
- * small compile per process. */
-static pthread_once_t g_warm_once = PTHREAD_ONCE_INIT;
-
-static void nvrtc_warm_once(void)
-{
-    nvrtcProgram p = NULL;
-    const char *opt = "--gpu-architecture=compute_90";
-    if (nvrtcCreateProgram(&p, "extern \"C\" __global__ void memra_warm() {}\n", "warm.cu", 0,
-                           NULL, NULL) == NVRTC_SUCCESS)
-        nvrtcCompileProgram(p, 1, &opt);
-    if (p)
-        nvrtcDestroyProgram(&p);
-}
-
 static int nvrtc_run(const memra_kernel_spec *spec, const char *key, memra_cubin *out,
                      memra_err *err)
 {
@@ -474,7 +456,6 @@ static int nvrtc_run(const memra_kernel_spec *spec, const char *key, memra_cubin
     for (size_t i = 0; i < N_OPTS; i++)
         opts[i] = k_opts[i];
     opts[N_OPTS] = arch;
-    pthread_once(&g_warm_once, nvrtc_warm_once);
     NVRTC_TRY(nvrtcCreateProgram(&prog, src, "memra_kernel.cu", nh, hdr_text, hdr_name));
     atomic_fetch_add(&g_compiles, 1);
     if (nvrtcCompileProgram(prog, (int)N_OPTS + 1, opts) != NVRTC_SUCCESS) {

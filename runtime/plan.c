@@ -1287,8 +1287,10 @@ static int plan_launches(json_t *root, pctx *c)
         free(kernel_used);
         return MEMRA_FAIL(c->err, MEMRA_ERR_NOMEM, "launches");
     }
-    if (p->input >= 0)
-        c->defined[p->input] = 1, c->first_use[p->input] = 0;
+    if (p->input >= 0) { /* filled by the runtime before launch 0 */
+        c->defined[p->input] = 1;
+        c->first_use[p->input] = 0;
+    }
     for (uint32_t i = 0; i < p->n_launches && rc == MEMRA_OK; i++)
         rc = parse_launch(json_array_get(arr, i), i, c, kernel_used);
     for (uint32_t k = 0; k < p->n_kernels && rc == MEMRA_OK; k++)

@@ -33,26 +33,30 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,po
   --format=csv >"$out/gpu.txt" 2>&1
 
 start=$(date +%s)
-timeout 230 "$bin" >"$out/gpu-tests.log" 2>&1
+timeout 200 "$bin" >"$out/gpu-tests.log" 2>&1
 rc=$?
 echo "memra-gpu-tests rc=$rc in $(( $(date +%s) - start )) s" >>"$out/gpu-tests.log"
 
 if [ "${2:-}" = sanitize ] && command -v compute-sanitizer >/dev/null; then
-  # misaligned-block types (1-, 2-byte) and exact-size weight allocations: any read past a
-  # weight or out of shared memory is reported
-  MEMRA_GPU_QUICK=1 MEMRA_GPU_NO_BENCH=1 MEMRA_GPU_TYPES=q4_0,q6_K,mxfp4,nvfp4,q8_0 \
-    timeout 100 compute-sanitizer --tool memcheck --print-limit 20 "$bin" \
-    >"$out/sanitizer.log" 2>&1
-  echo "compute-sanitizer rc=$?" >>"$out/sanitizer.log"
+  # every qtype on the smaller shapes, weights in exact-size allocations: any read past a
+  # weight or out of shared memory is reported; then shared-memory races on two types
+  export MEMRA_GPU_QUICK=1 MEMRA_GPU_NO_BENCH=1
+  timeout 150 compute-sanitizer --tool memcheck --print-limit 20 "$bin" >"$out/sanitizer.log" 2>&1
+  echo "memcheck rc=$?" >>"$out/sanitizer.log"
+  MEMRA_GPU_TYPES=q4_K,q6_K timeout 60 compute-sanitizer --tool racecheck --print-limit 20 \
+    "$bin" >"$out/racecheck.log" 2>&1
+  echo "racecheck rc=$?" >>"$out/racecheck.log"
+  unset MEMRA_GPU_QUICK MEMRA_GPU_NO_BENCH
 fi
 
 echo "=== GPU ==="
 cat "$out/gpu.txt"
 grep -E "^  FAIL|^SKIP" "$out/gpu-tests.log" | head -30
-if [ -f "$out/sanitizer.log" ]; then
-  echo "=== compute-sanitizer (memcheck, quick shapes) ==="
-  grep -E "ERROR SUMMARY|Invalid|rc=" "$out/sanitizer.log" | head -10
-fi
+for f in sanitizer racecheck; do
+  [ -f "$out/$f.log" ] || continue
+  echo "=== compute-sanitizer $f (smaller shapes) ==="
+  grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Invalid|hazard|rc=|Checks:" "$out/$f.log" | head -8
+done
 echo "=== summary ==="
 grep '^TABLE|' "$out/gpu-tests.log" | cut -d'|' -f2-
 grep -E "^[0-9]+%: Checks|rc=" "$out/gpu-tests.log"

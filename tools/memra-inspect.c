@@ -4,6 +4,8 @@
  *
  *   memra-inspect FILE                       header, every KV (arrays abbreviated), tensors
  *   memra-inspect FILE --dequant NAME -o OUT  NAME dequantized to OUT (f32 LE, ne[0] fastest)
+ *   memra-inspect FILE --tokenize TEXT       ids and pieces of TEXT (runtime/tokenizer.h, special
+ *                                            tokens parsed)
  *
  * Concept: a thin host over runtime/gguf.h (validation lives there) and runtime/quant.h
  * (memra_dequantize_row). Any bad file or argument: exit status 1 and one line on stderr.
@@ -18,8 +20,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "chat.h"
 #include "gguf.h"
 #include "quant.h"
+#include "tokenizer.h"
 
 #define ARR_SHOW 8    /* array elements printed before "..." (like gguf-dump) */
 #define STR_SHOW 60   /* bytes of a string value printed before "..." */
@@ -28,6 +32,7 @@ typedef struct opts {
     const char *file;
     const char *dequant; /* --dequant NAME */
     const char *out;     /* -o OUT */
+    const char *tokenize; /* --tokenize TEXT */
 } opts;
 
 /* ------------------------------ value printing ------------------------------ */
@@ -242,6 +247,62 @@ static int cmd_dequant(const memra_gguf *g, const opts *o)
     return 0;
 }
 
+/* ------------------------------- --tokenize ------------------------------- */
+
+/* The tokenizer the file's metadata describes, then one line per token: index, id, type
+ * (when not NORMAL), the stored token text and the bytes it decodes to. */
+static int cmd_tokenize(const memra_gguf *g, const opts *o)
+{
+    memra_tokenizer *t = NULL;
+    memra_err err;
+    memra_err_clear(&err);
+    if (memra_tokenizer_open_gguf(g, &t, &err) != MEMRA_OK)
+        return fprintf(stderr, "memra-inspect: tokenizer: %s\n", err.msg), 1;
+    memra_tok_str ct = memra_tokenizer_chat_template(t);
+    memra_chat_kind kind = MEMRA_CHAT_NONE;
+    memra_err cerr;
+    memra_err_clear(&cerr);
+    memra_chat_detect(ct.ptr, ct.len, &kind, &cerr);
+    printf("tokenizer: gpt2/%s, %u tokens, bos %d eos %d pad %d, chat template: %s\n",
+           memra_tokenizer_pre(t), memra_tokenizer_n_vocab(t), memra_tokenizer_bos(t),
+           memra_tokenizer_eos(t), memra_tokenizer_pad(t),
+           kind != MEMRA_CHAT_NONE ? memra_chat_kind_name(kind) : cerr.msg);
+    memra_token_buf b = {0};
+    int rc = memra_tokenizer_encode(t, o->tokenize, strlen(o->tokenize),
+                                    MEMRA_TOKENIZE_PARSE_SPECIAL, &b, &err);
+    if (rc != MEMRA_OK) {
+        fprintf(stderr, "memra-inspect: tokenize: %s\n", err.msg);
+        memra_tokenizer_close(t);
+        return 1;
+    }
+    static const char *const type_name[] = {"undefined", "", "unknown", "control", "user",
+                                            "unused", "byte"};
+    printf("%zu tokens\n", b.n);
+    for (size_t i = 0; i < b.n; i++) {
+        memra_tok_str text = memra_tokenizer_token_text(t, b.ids[i]), piece;
+        memra_tokenizer_piece(t, b.ids[i], MEMRA_DETOK_RENDER_SPECIAL, &piece, NULL);
+        printf("%6zu %8d %-7s ", i, b.ids[i], type_name[memra_tokenizer_token_type(t, b.ids[i])]);
+        print_str((memra_gguf_str){text.ptr, text.len}, STR_SHOW);
+        fputs("  ", stdout);
+        if (memra_utf8_valid_prefix(piece.ptr, piece.len) == piece.len) {
+            print_str((memra_gguf_str){piece.ptr, piece.len}, STR_SHOW);
+        } else { /* part of a multi-byte character: show the bytes */
+            putchar('"');
+            for (size_t k = 0; k < piece.len; k++)
+                printf("\\x%02x", (unsigned char)piece.ptr[k]);
+            putchar('"');
+        }
+        putchar('\n');
+    }
+    printf("ids:");
+    for (size_t i = 0; i < b.n; i++)
+        printf("%s%d", i ? "," : " ", b.ids[i]);
+    putchar('\n');
+    memra_token_buf_free(&b);
+    memra_tokenizer_close(t);
+    return 0;
+}
+
 /* ------------------------------ options and main ------------------------------ */
 
 /* Flags that take one argument; each stores it into a field of opts. */
@@ -251,6 +312,7 @@ static const struct {
 } k_options[] = {
     {"--dequant", offsetof(opts, dequant)},
     {"-o", offsetof(opts, out)},
+    {"--tokenize", offsetof(opts, tokenize)},
 };
 
 /* Actions, first match wins; `wanted` says whether the options select it, `check` validates
@@ -258,6 +320,11 @@ static const struct {
 static const char *check_dequant(const opts *o) { return o->out ? NULL : "--dequant needs -o OUT"; }
 static const char *check_list(const opts *o) { return o->out ? "-o needs --dequant" : NULL; }
 static int want_dequant(const opts *o) { return o->dequant != NULL; }
+static int want_tokenize(const opts *o) { return o->tokenize != NULL; }
+static const char *check_tokenize(const opts *o)
+{
+    return o->out || o->dequant ? "--tokenize takes no other action" : NULL;
+}
 static int want_list(const opts *o) { (void)o; return 1; }
 
 static const struct {
@@ -265,11 +332,12 @@ static const struct {
     const char *(*check)(const opts *o);
     int (*run)(const memra_gguf *g, const opts *o);
 } k_actions[] = {
+    {want_tokenize, check_tokenize, cmd_tokenize},
     {want_dequant, check_dequant, cmd_dequant},
     {want_list, check_list, cmd_list},
 };
 
-static const char k_usage[] = "usage: memra-inspect FILE [--dequant NAME -o OUT]";
+static const char k_usage[] = "usage: memra-inspect FILE [--dequant NAME -o OUT | --tokenize TEXT]";
 
 static int parse_args(int argc, char **argv, opts *o)
 {

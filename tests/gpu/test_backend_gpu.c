@@ -27,6 +27,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <cuda_runtime_api.h>
 #include <xxhash.h>
 
 #include "backend_cpu.h"
@@ -346,4 +347,516 @@ static int gate_run(gpu_ctx *c, gate *gt, uint32_t width, const char *what, int 
         tick++;
     }
     return tick;
+}
+
+/* (2) isolation at every width 1..16 against each sequence alone at tier 1. */
+static void isolation_gate(const model_fix *f, int n_seq, int max_len, int full, const uint32_t *widths,
+                           int n_widths)
+{
+    gpu_ctx c;
+    gopen(&c, f, f->plans1, 1, MAX_LEN);
+    gate gt;
+    gate_make(&gt, n_seq, max_len, c.n_vocab, full);
+    int ticks = gate_run(&c, &gt, 1, "tier 1 alone", 1);
+    for (int w = 0; w < n_widths; w++) {
+        char what[64];
+        snprintf(what, sizeof what, "width %u", widths[w]);
+        ticks += gate_run(&c, &gt, widths[w], what, 0);
+    }
+    fprintf(stderr, "isolation gate: %d sequences (%d..%d tokens), %d widths, %d ticks: "
+            "every row memcmp-equal to its sequence alone\n", n_seq, gt.s[n_seq - 1].len, max_len,
+            n_widths + 1, ticks);
+    gate_free(&gt);
+    gclose(&c);
+}
+
+START_TEST(test_isolation_gate)
+{
+    REQUIRE_GPU();
+    static const uint32_t widths[] = {2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+    isolation_gate(&g_tiny, N_SEQ, MAX_LEN, 1, widths, 15);
+}
+END_TEST
+
+/* (3) graph replay == eager launches; (4) two stages == one. The reference is the one-stage
+ * graph engine at tier 1; every other engine and width must reproduce it bit for bit. */
+static void engines_gate(const model_fix *f, int n_seq, int max_len, int full)
+{
+    gpu_ctx ref, eager, two, two_eager;
+    gopen(&ref, f, f->plans1, 1, MAX_LEN);
+    gate gt;
+    gate_make(&gt, n_seq, max_len, ref.n_vocab, full);
+    gate_run(&ref, &gt, 1, "graph tier 1", 1);
+    gate_run(&ref, &gt, 16, "graph width 16", 0);
+    gclose(&ref);
+    gopen(&eager, f, f->plans1, 0, MAX_LEN);
+    gate_run(&eager, &gt, 1, "eager tier 1 vs graph", 0);
+    gate_run(&eager, &gt, 7, "eager width 7 vs graph", 0);
+    gate_run(&eager, &gt, 16, "eager width 16 vs graph", 0);
+    gclose(&eager);
+    gopen(&two, f, f->plans2, 1, MAX_LEN);
+    ck_assert_uint_eq(memra_cuda_backend_manifest(two.be)->n_stages, 2);
+    gate_run(&two, &gt, 1, "two stages tier 1 vs one", 0);
+    gate_run(&two, &gt, 16, "two stages width 16 vs one", 0);
+    gclose(&two);
+    gopen(&two_eager, f, f->plans2, 0, MAX_LEN);
+    gate_run(&two_eager, &gt, 5, "two stages eager width 5 vs one", 0);
+    gclose(&two_eager);
+    fprintf(stderr, "graph == eager and two stages == one: %d sequences bit-identical\n", n_seq);
+    gate_free(&gt);
+}
+
+START_TEST(test_graph_eager_stages)
+{
+    REQUIRE_GPU();
+    engines_gate(&g_tiny, N_SEQ, 96, 1);
+}
+END_TEST
+
+/* (5) agreement with the CPU. Both backends compute the same integer dot products exactly
+ * (the same q8_1 activation codes, the same weight blocks); the CUDA kernels differ only in
+ * the order of float sums (mmvq K-split partials, norms, attention and delta-rule
+ * reductions) and in expf/logf/rsqrtf implementations (a few ulp). Each such difference is
+ * ~1e-7 relative, but an activation that lands within that of a q8_1 rounding boundary
+ * flips one int8 code, which moves a dot product by up to |w| * amax/127 of that block —
+ * about 1e-3 of the output's scale — and that difference is carried through the remaining
+ * layers. CPU_TOL_REL allows 5 such flips' worth in the logits of one step relative to the
+ * row's largest logit magnitude; the worst observed value is printed with every run. */
+#define CPU_TOL_REL 5e-3
+
+typedef struct agree_stats {
+    double worst_rel;  /* max over steps of max|d| / max|logit| */
+    double sum_rel;
+    int worst_step;
+} agree_stats;
+
+static void agree_step(const float *cpu, const float *gpu, uint32_t n_vocab, int step, agree_stats *st)
+{
+    double amax = 0, dmax = 0;
+    for (uint32_t j = 0; j < n_vocab; j++) {
+        ck_assert_msg(isfinite(gpu[j]), "step %d: GPU logit %u is %g", step, j, (double)gpu[j]);
+        amax = fmax(amax, fabs((double)cpu[j]));
+        dmax = fmax(dmax, fabs((double)cpu[j] - (double)gpu[j]));
+    }
+    const double rel = amax > 0 ? dmax / amax : dmax;
+    st->sum_rel += rel;
+    if (rel > st->worst_rel) {
+        st->worst_rel = rel;
+        st->worst_step = step;
+    }
+    TU_ASSERT_CLOSE(gpu, cpu, n_vocab, CPU_TOL_REL * amax, 0.0);
+}
+
+/* The greedy gap at a step whose tokens differ: how close to a tie it was. */
+static void agree_tokens(const float *cpu, const float *gpu, int32_t tc, int32_t tg, int step)
+{
+    ck_assert_msg(tc == tg, "step %d: CPU greedy token %d (logit %.9g, GPU %.9g), GPU %d (logit "
+                  "%.9g, CPU %.9g)", step, tc, (double)cpu[tc], (double)gpu[tc], tg,
+                  (double)gpu[tg], (double)cpu[tg]);
+}
+
+/* CPU side: the CPU backend (small models) or the reference model (bit-identical to it;
+ * with threads, for the large model). */
+typedef struct cpu_side {
+    memra_gguf *g;
+    memra_cpu_backend *be;
+    uint32_t sid;
+    memra_ref_model *m;
+    memra_ref_seq *seq;
+} cpu_side;
+
+static void cpu_open(cpu_side *c, const model_fix *f, int use_ref, uint32_t n_ctx)
+{
+    memra_err err;
+    memra_err_clear(&err);
+    memset(c, 0, sizeof *c);
+    if (use_ref) {
+        memra_ref_model_config cfg;
+        memra_ref_model_config_default(&cfg);
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        cfg.n_threads = n > 1 ? (int)(n > 64 ? 64 : n) : 1;
+        ck_assert_msg(memra_ref_model_open(f->path, &cfg, &c->m, &err) == MEMRA_OK, "%s", err.msg);
+        ck_assert_msg(memra_ref_seq_init(c->m, n_ctx, &c->seq, &err) == MEMRA_OK, "%s", err.msg);
+        return;
+    }
+    ck_assert_msg(memra_gguf_open(f->path, &c->g, &err) == MEMRA_OK, "%s", err.msg);
+    memra_cpu_opts o = {.n_slots = 1, .n_ctx = n_ctx};
+    ck_assert_msg(memra_cpu_backend_open(f->plans1, c->g, &o, &c->be, &err) == MEMRA_OK, "%s", err.msg);
+    ck_assert_int_eq(memra_cpu_session_admit(c->be, NULL, &c->sid, &err), MEMRA_OK);
+}
+
+static int32_t cpu_forward(cpu_side *c, int32_t tok, float *logits, uint32_t n_vocab)
+{
+    memra_err err;
+    memra_err_clear(&err);
+    if (c->m) {
+        ck_assert_msg(memra_ref_forward(c->m, c->seq, tok, logits, &err) == MEMRA_OK, "%s", err.msg);
+        return memra_ref_argmax(logits, n_vocab);
+    }
+    int32_t out = -1;
+    memra_cpu_step st = {.n_rows = 1, .sessions = &c->sid, .tokens = &tok, .out_tokens = &out};
+    ck_assert_msg(memra_cpu_backend_step(c->be, &st, &err) == MEMRA_OK, "%s", err.msg);
+    memcpy(logits, memra_cpu_backend_logits(c->be, 0), sizeof(float) * n_vocab);
+    return out;
+}
+
+static void cpu_close(cpu_side *c)
+{
+    memra_ref_seq_free(c->seq);
+    memra_ref_model_close(c->m);
+    memra_cpu_backend_close(c->be);
+    memra_gguf_close(c->g);
+}
+
+static void cpu_agreement(const model_fix *f, int steps, int use_ref)
+{
+    gpu_ctx c;
+    gopen(&c, f, f->plans1, 1, MAX_LEN + 16);
+    cpu_side cpu;
+    cpu_open(&cpu, f, use_ref, MAX_LEN + 16);
+    memra_err err;
+    memra_err_clear(&err);
+    uint32_t sid;
+    ck_assert_int_eq(memra_cuda_session_admit(c.be, NULL, &sid, &err), MEMRA_OK);
+    float *lc = xcalloc(c.n_vocab, sizeof(float)), *lg = xcalloc(c.n_vocab, sizeof(float));
+    static const int32_t prompt[] = {1, 17, 300, 2, 45, 99, 1000, 7};
+    const int n_prompt = 8;
+    agree_stats st = {0};
+    int32_t tok = prompt[0];
+    for (int i = 0; i < n_prompt - 1 + steps; i++) {
+        const int32_t tc = cpu_forward(&cpu, tok, lc, c.n_vocab);
+        int32_t tg = -1;
+        memra_cuda_step s = {.n_rows = 1, .sessions = &sid, .tokens = &tok, .out_tokens = &tg};
+        ck_assert_msg(memra_cuda_backend_step(c.be, &s, &err) == MEMRA_OK, "%s", err.msg);
+        ck_assert_int_eq(memra_cuda_backend_logits(c.be, 0, 1, lg, &err), MEMRA_OK);
+        agree_step(lc, lg, c.n_vocab, i, &st);
+        agree_tokens(lc, lg, tc, tg, i);
+        tok = i + 1 < n_prompt ? prompt[i + 1] : tg;
+    }
+    fprintf(stderr, "CPU agreement (%s): %d steps, identical greedy tokens; logits max|d|/max|l| "
+            "worst %.3g (step %d), mean %.3g; tolerance %.1g\n", use_ref ? "reference model" :
+            "CPU backend", n_prompt - 1 + steps, st.worst_rel, st.worst_step,
+            st.sum_rel / (n_prompt - 1 + steps), CPU_TOL_REL);
+    free(lc);
+    free(lg);
+    cpu_close(&cpu);
+    gclose(&c);
+}
+
+START_TEST(test_cpu_agreement)
+{
+    REQUIRE_GPU();
+    cpu_agreement(&g_tiny, 256, 0);
+}
+END_TEST
+
+/* ================================= failure handling ================================== */
+
+/* The first mmvq launch of tier `tier` (the only launches faults can be armed on). */
+static uint32_t arm_fault(memra_cuda_backend *be, uint32_t tier, int kind)
+{
+    memra_err err;
+    memra_err_clear(&err);
+    for (uint32_t i = 0; i < 4096; i++)
+        if (memra_cuda_backend_inject_fault(be, tier, i, kind, &err) == MEMRA_OK)
+            return i;
+    ck_abort_msg("tier %u has no mmvq launch", tier);
+    return 0;
+}
+
+static void step_ok(gpu_ctx *c, uint32_t n, const uint32_t *sid, const int32_t *tok, int32_t *out)
+{
+    memra_err err;
+    memra_err_clear(&err);
+    memra_cuda_step st = {.n_rows = n, .sessions = sid, .tokens = tok, .out_tokens = out};
+    ck_assert_msg(memra_cuda_backend_step(c->be, &st, &err) == MEMRA_OK, "%s", err.msg);
+}
+
+START_TEST(test_launch_error_fails_only_its_tick)
+{
+    /* A launch-time CUDA error (invalid block size) in a 2-row tick: MEMRA_ERR_CUDA naming
+     * the launch; those two sessions are failed (refused until retired); the context is not
+     * poisoned, and a session admitted afterwards computes exactly what a clean one does. */
+    REQUIRE_GPU();
+    gpu_ctx c;
+    gopen(&c, &g_tiny, g_tiny.plans1, 1, 64);
+    memra_err err;
+    memra_err_clear(&err);
+    uint32_t ab[2], x, y;
+    int32_t tok[2] = {5, 9}, out[2];
+    ck_assert_int_eq(memra_cuda_session_admit(c.be, NULL, &ab[0], &err), MEMRA_OK);
+    ck_assert_int_eq(memra_cuda_session_admit(c.be, NULL, &ab[1], &err), MEMRA_OK);
+    step_ok(&c, 2, ab, tok, out);
+    const uint32_t li = arm_fault(c.be, 2, MEMRA_CUDA_FAULT_LAUNCH);
+    memra_cuda_step st = {.n_rows = 2, .sessions = ab, .tokens = tok, .out_tokens = out};
+    memra_err_clear(&err);
+    ck_assert_int_eq(memra_cuda_backend_step(c.be, &st, &err), MEMRA_ERR_CUDA);
+    char want[64];
+    snprintf(want, sizeof want, "launch %u (mmvq)", li);
+    ck_assert_msg(strstr(err.msg, want) && strstr(err.msg, "marked failed"), "message: %s", err.msg);
+    ck_assert(!memra_cuda_backend_poisoned(c.be));
+    ck_assert(memra_cuda_session_failed(c.be, ab[0]) && memra_cuda_session_failed(c.be, ab[1]));
+    ck_assert_uint_eq(memra_cuda_session_pos(c.be, ab[0]), 1); /* the failed tick did not count */
+    memra_err_clear(&err);
+    ck_assert_int_eq(memra_cuda_backend_step(c.be, &st, &err), MEMRA_ERR_INVALID_ARG);
+    ck_assert_ptr_nonnull(strstr(err.msg, "retire"));
+    /* the engine keeps serving: x (admitted after the failure) == y (after the retirement) */
+    enum { N = 6 };
+    const int32_t seq[N] = {3, 14, 15, 92, 65, 35};
+    float *lx = xcalloc((size_t)N * c.n_vocab, sizeof(float)), *ly = xcalloc(c.n_vocab, sizeof(float));
+    ck_assert_int_eq(memra_cuda_session_admit(c.be, NULL, &x, &err), MEMRA_OK);
+    for (int k = 0; k < N; k++) {
+        step_ok(&c, 1, &x, &seq[k], out);
+        ck_assert_int_eq(memra_cuda_backend_logits(c.be, 0, 1, lx + (size_t)k * c.n_vocab, &err), MEMRA_OK);
+    }
+    ck_assert_int_eq(memra_cuda_session_retire(c.be, ab[0], &err), MEMRA_OK);
+    ck_assert_int_eq(memra_cuda_session_retire(c.be, ab[1], &err), MEMRA_OK);
+    ck_assert_int_eq(memra_cuda_session_admit(c.be, NULL, &y, &err), MEMRA_OK);
+    for (int k = 0; k < N; k++) {
+        step_ok(&c, 1, &y, &seq[k], out);
+        ck_assert_int_eq(memra_cuda_backend_logits(c.be, 0, 1, ly, &err), MEMRA_OK);
+        ck_assert_msg(memcmp(ly, lx + (size_t)k * c.n_vocab, sizeof(float) * c.n_vocab) == 0,
+                      "step %d after the failure differs", k);
+    }
+    free(lx);
+    free(ly);
+    gclose(&c);
+}
+END_TEST
+
+START_TEST(test_sticky_error_poisons)
+{
+    /* An illegal address inside a kernel: sticky. The step says so, every later device call
+     * refuses with the first error, close resets the device, and a new engine runs. */
+    REQUIRE_GPU();
+    gpu_ctx c;
+    gopen(&c, &g_tiny, g_tiny.plans1, 1, 64);
+    memra_err err;
+    memra_err_clear(&err);
+    uint32_t a, b;
+    int32_t tok = 5, out;
+    ck_assert_int_eq(memra_cuda_session_admit(c.be, NULL, &a, &err), MEMRA_OK);
+    step_ok(&c, 1, &a, &tok, &out);
+    arm_fault(c.be, 1, MEMRA_CUDA_FAULT_STICKY);
+    memra_cuda_step st = {.n_rows = 1, .sessions = &a, .tokens = &tok, .out_tokens = &out};
+    ck_assert_int_eq(memra_cuda_backend_step(c.be, &st, &err), MEMRA_ERR_CUDA);
+    ck_assert_msg(strstr(err.msg, "sticky") && strstr(err.msg, "poisoned"), "message: %s", err.msg);
+    ck_assert(memra_cuda_backend_poisoned(c.be));
+    memra_err_clear(&err);
+    ck_assert_int_eq(memra_cuda_session_admit(c.be, NULL, &b, &err), MEMRA_ERR_CUDA);
+    ck_assert_ptr_nonnull(strstr(err.msg, "poisoned"));
+    ck_assert_int_eq(memra_cuda_session_retire(c.be, a, &err), MEMRA_OK); /* host bookkeeping */
+    gclose(&c);
+    gopen(&c, &g_tiny, g_tiny.plans1, 1, 64);
+    ck_assert_int_eq(memra_cuda_session_admit(c.be, NULL, &a, &err), MEMRA_OK);
+    step_ok(&c, 1, &a, &tok, &out);
+    ck_assert(out >= 0 && (uint32_t)out < c.n_vocab);
+    gclose(&c);
+}
+END_TEST
+
+START_TEST(test_bad_input)
+{
+    REQUIRE_GPU();
+    gpu_ctx c;
+    gopen(&c, &g_tiny, g_tiny.plans1, 1, 8);
+    memra_err err;
+    memra_err_clear(&err);
+    uint32_t a, b;
+    ck_assert_int_eq(memra_cuda_session_admit(c.be, NULL, &a, &err), MEMRA_OK);
+    ck_assert_int_eq(memra_cuda_session_admit(c.be, NULL, &b, &err), MEMRA_OK);
+    int32_t tok[2] = {1, 2}, bad_tok[2] = {1, (int32_t)c.n_vocab};
+    uint32_t dup[2] = {a, a}, unknown = 7, both[2] = {a, b};
+    memra_cuda_step st = {.n_rows = 2, .sessions = dup, .tokens = tok};
+    ck_assert_int_eq(memra_cuda_backend_step(c.be, &st, &err), MEMRA_ERR_INVALID_ARG);
+    st = (memra_cuda_step){.n_rows = 1, .sessions = &unknown, .tokens = tok};
+    ck_assert_int_eq(memra_cuda_backend_step(c.be, &st, &err), MEMRA_ERR_INVALID_ARG);
+    st = (memra_cuda_step){.n_rows = 2, .sessions = both, .tokens = bad_tok};
+    memra_err_clear(&err);
+    ck_assert_int_eq(memra_cuda_backend_step(c.be, &st, &err), MEMRA_ERR_INVALID_ARG);
+    ck_assert_ptr_nonnull(strstr(err.msg, "vocabulary"));
+    st = (memra_cuda_step){.n_rows = 2, .sessions = both, .tokens = tok, .tier = 3};
+    ck_assert_int_eq(memra_cuda_backend_step(c.be, &st, &err), MEMRA_ERR_INVALID_ARG);
+    st = (memra_cuda_step){.n_rows = 17, .sessions = both, .tokens = tok};
+    ck_assert_int_eq(memra_cuda_backend_step(c.be, &st, &err), MEMRA_ERR_INVALID_ARG);
+    ck_assert_uint_eq(memra_cuda_session_pos(c.be, a), 0); /* refused steps change nothing */
+    float row[4];
+    ck_assert_int_eq(memra_cuda_backend_logits(c.be, 0, 1, row, &err), MEMRA_ERR_INVALID_ARG);
+    for (int i = 0; i < 8; i++) {
+        st = (memra_cuda_step){.n_rows = 1, .sessions = &a, .tokens = tok};
+        ck_assert_int_eq(memra_cuda_backend_step(c.be, &st, &err), MEMRA_OK);
+    }
+    memra_err_clear(&err);
+    ck_assert_int_eq(memra_cuda_backend_step(c.be, &st, &err), MEMRA_ERR_CAPACITY);
+    ck_assert_uint_eq(memra_cuda_session_pos(c.be, a), 8);
+    ck_assert_int_eq(memra_cuda_backend_logits(c.be, 1, 1, row, &err), MEMRA_ERR_INVALID_ARG);
+    gclose(&c);
+}
+END_TEST
+
+START_TEST(test_open_refusals)
+{
+    /* Without a GPU the open is UNSUPPORTED and says why (this runs in CI); with one, a
+     * missing plan directory and bad options are refused with a message. */
+    memra_cuda_backend *be = NULL;
+    memra_err err;
+    memra_err_clear(&err);
+    int rc = memra_cuda_backend_open("/nonexistent/memra-plans", NULL, NULL, &be, &err);
+    ck_assert_ptr_null(be);
+    ck_assert(err.msg[0] != '\0');
+    if (!gpu_ok()) {
+        ck_assert_int_eq(rc, MEMRA_ERR_UNSUPPORTED);
+        return;
+    }
+    ck_assert_int_ne(rc, MEMRA_OK);
+    memra_cuda_opts bad;
+    memra_cuda_opts_init(&bad);
+    bad.n_slots = 0;
+    memra_err_clear(&err);
+    ck_assert_int_eq(memra_cuda_backend_open("/nonexistent/memra-plans", NULL, &bad, &be, &err),
+                     MEMRA_ERR_INVALID_ARG);
+}
+END_TEST
+
+/* ============================= the large model (optional) ============================ */
+
+START_TEST(test_big_isolation)
+{
+    REQUIRE_BIG();
+    static const uint32_t widths[] = {3, 8, 16};
+    isolation_gate(&g_big, N_SEQ, 24, 0, widths, 3);
+}
+END_TEST
+
+START_TEST(test_big_engines)
+{
+    REQUIRE_BIG();
+    engines_gate(&g_big, 8, 16, 0);
+}
+END_TEST
+
+START_TEST(test_big_cpu_agreement)
+{
+    REQUIRE_BIG();
+    cpu_agreement(&g_big, 32, 1);
+}
+END_TEST
+
+/* Device-to-device copy bandwidth (bytes read + written per second), the ceiling a tick's
+ * weight stream is compared against. */
+static double copy_gbs(void)
+{
+    const size_t n = (size_t)1 << 30;
+    void *a = NULL, *b = NULL;
+    cudaEvent_t e0, e1;
+    float ms = 0;
+    if (cudaMalloc(&a, n) != cudaSuccess || cudaMalloc(&b, n) != cudaSuccess)
+        return 0;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    cudaMemcpy(b, a, n, cudaMemcpyDeviceToDevice);
+    cudaEventRecord(e0, 0);
+    for (int i = 0; i < 10; i++)
+        cudaMemcpyAsync(i % 2 ? a : b, i % 2 ? b : a, n, cudaMemcpyDeviceToDevice, 0);
+    cudaEventRecord(e1, 0);
+    cudaEventSynchronize(e1);
+    cudaEventElapsedTime(&ms, e0, e1);
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    cudaFree(a);
+    cudaFree(b);
+    return ms > 0 ? 2.0 * 10 * (double)n / (ms * 1e-3) / 1e9 : 0;
+}
+
+static int cmp_float(const void *a, const void *b)
+{
+    const float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median device time of 30 ticks of b sessions (after 5 warm-up ticks). */
+static double tick_ms(gpu_ctx *c, uint32_t b)
+{
+    memra_err err;
+    memra_err_clear(&err);
+    uint32_t sid[16];
+    int32_t tok[16], out[16];
+    float ms[30];
+    for (uint32_t r = 0; r < b; r++) {
+        ck_assert_int_eq(memra_cuda_session_admit(c->be, NULL, &sid[r], &err), MEMRA_OK);
+        tok[r] = (int32_t)(100 + r);
+    }
+    for (int k = 0; k < 35; k++) {
+        step_ok(c, b, sid, tok, out);
+        if (k >= 5)
+            ms[k - 5] = memra_cuda_backend_info(c->be)->last_tick_ms;
+        memcpy(tok, out, sizeof(int32_t) * b);
+    }
+    for (uint32_t r = 0; r < b; r++)
+        ck_assert_int_eq(memra_cuda_session_retire(c->be, sid[r], &err), MEMRA_OK);
+    qsort(ms, 30, sizeof ms[0], cmp_float);
+    return ms[15];
+}
+
+START_TEST(test_big_tick_times)
+{
+    /* Measurement, not a gate: device time per tick at every tier, graph vs eager. */
+    REQUIRE_BIG();
+    gpu_ctx gr, ea;
+    gopen(&gr, &g_big, g_big.plans1, 1, MAX_LEN);
+    gopen(&ea, &g_big, g_big.plans1, 0, MAX_LEN);
+    const memra_cuda_info *in = memra_cuda_backend_info(gr.be);
+    const double bw = copy_gbs();
+    fprintf(stderr, "tick times, %s (sm_%d, %d SMs), weights %.3f GB uploaded in %.0f ms "
+            "(%.2f GB/s), copy bandwidth %.0f GB/s, PDL %s\n", in->device_name, in->sm, in->n_sm,
+            (double)in->weight_bytes / 1e9, in->upload_ms,
+            (double)in->weight_bytes / 1e6 / in->upload_ms, bw, in->pdl ? "on" : "off");
+    fprintf(stderr, "  tier  launches  nodes  graph ms  eager ms  tok/s(graph)  weight GB/s  of copy BW\n");
+    for (uint32_t t = 0; t < in->n_tiers; t++) {
+        const uint32_t b = in->tiers[t];
+        const double g = tick_ms(&gr, b), e = tick_ms(&ea, b);
+        const double gbs = (double)in->tick_bytes[t] / (g * 1e-3) / 1e9;
+        fprintf(stderr, "  %4u  %8u  %5u  %8.3f  %8.3f  %12.0f  %11.0f  %9.0f%%\n", b,
+                in->launches[t], in->graph_nodes[t], g, e, b / (g * 1e-3), gbs,
+                bw > 0 ? 100 * gbs / bw : 0);
+        ck_assert(g > 0 && e > 0);
+    }
+    gclose(&gr);
+    gclose(&ea);
+}
+END_TEST
+
+Suite *make_backend_gpu_suite(void)
+{
+    Suite *s = suite_create("backend_gpu");
+    TCase *nogpu = tcase_create("open");
+    tcase_add_test(nogpu, test_open_refusals);
+    suite_add_tcase(s, nogpu);
+
+    TCase *tiny = tcase_create("tiny");
+    tcase_set_timeout(tiny, 600);
+    tcase_add_unchecked_fixture(tiny, tiny_setup, tiny_teardown);
+    tcase_add_test(tiny, test_isolation_gate);
+    tcase_add_test(tiny, test_graph_eager_stages);
+    tcase_add_test(tiny, test_cpu_agreement);
+    tcase_add_test(tiny, test_bad_input);
+    tcase_add_test(tiny, test_launch_error_fails_only_its_tick);
+    suite_add_tcase(s, tiny);
+
+    TCase *big = tcase_create("model");
+    tcase_set_timeout(big, 600);
+    tcase_add_unchecked_fixture(big, big_setup, big_teardown);
+    tcase_add_test(big, test_big_isolation);
+    tcase_add_test(big, test_big_engines);
+    tcase_add_test(big, test_big_cpu_agreement);
+    tcase_add_test(big, test_big_tick_times);
+    suite_add_tcase(s, big);
+
+    /* Last: it poisons (then resets) the device context of this process. */
+    TCase *sticky = tcase_create("sticky");
+    tcase_set_timeout(sticky, 120);
+    tcase_add_unchecked_fixture(sticky, tiny_setup, tiny_teardown);
+    tcase_add_test(sticky, test_sticky_error_poisons);
+    suite_add_tcase(s, sticky);
+    return s;
 }

@@ -497,108 +497,142 @@ END_TEST
  * must match byte for byte; otherwise v is within the summation bound times |scale| (an exact
  * power-of-two scale keeps it exact, -1.25 adds one rounding: + 2^-24 |v|), and the add into
  * y_init one more rounding each side (+ 2^-23 |y|). */
-START_TEST(test_mmvq_merged)
-{
-    GPU_OR_SKIP();
-    enum { K = 4096 };
-    static const int qts[3] = {MEMRA_QT_Q4_K, MEMRA_QT_Q6_K, MEMRA_QT_Q8_0};
-    static const int Ns[3] = {300, 77, 129}, modes[3] = {0, 1, 0};
-    static const float scales[3] = {1.0f, 0.5f, -1.25f};
-    tu_rng rng;
-    tu_rng_seed(&rng, 4242);
-    float *x = malloc((size_t)16 * K * 4);
-    memra_block_q8_1 *a = malloc((size_t)16 * (K / 32) * sizeof *a);
-    fill_acts(x, 16, K, &rng);
-    for (int b = 0; b < 16; b++)
-        memra_quantize_q8_1(x + (size_t)b * K, a + (size_t)b * (K / 32), K);
-    CUdeviceptr da = dalloc((size_t)16 * (K / 32) * sizeof *a), dw[3], dy[3], dsc[3];
-    CU_OK(cuMemcpyHtoD(da, a, (size_t)16 * (K / 32) * sizeof *a));
-    float *ref[3], *sabs[3], *yinit[3], *y[3], *y1[3];
+enum { MG_K = 4096 };
+static const int mg_qts[3] = {MEMRA_QT_Q4_K, MEMRA_QT_Q6_K, MEMRA_QT_Q8_0};
+static const int mg_n[3] = {300, 77, 129}, mg_modes[3] = {0, 1, 0};
+static const float mg_scales[3] = {1.0f, 0.5f, -1.25f};
+
+typedef struct merged {
+    memra_block_q8_1 *a; /* [16, K/32] */
+    CUdeviceptr da, dw[3], dy[3], dsc[3];
     uint8_t *w[3];
-    memra_mmvq_args args = {.a = dptr(da), .n_in = K, .n_w = 3};
+    float *ref[3], *sabs[3], *yinit[3], *y[3], *y1[3]; /* [16, n_i] */
+    memra_mmvq_args args;
+} merged;
+
+static void merged_open(merged *m, tu_rng *rng)
+{
+    const size_t ab = (size_t)16 * (MG_K / 32) * sizeof *m->a;
+    float *x = malloc((size_t)16 * MG_K * 4);
+    m->a = malloc(ab);
+    fill_acts(x, 16, MG_K, rng);
+    for (int b = 0; b < 16; b++)
+        memra_quantize_q8_1(x + (size_t)b * MG_K, m->a + (size_t)b * (MG_K / 32), MG_K);
+    free(x);
+    m->da = dalloc(ab);
+    CU_OK(cuMemcpyHtoD(m->da, m->a, ab));
+    m->args = (memra_mmvq_args){.a = dptr(m->da), .n_in = MG_K, .n_w = 3};
     for (int i = 0; i < 3; i++) {
-        const size_t rb = memra_quant_row_bytes((memra_qtype)qts[i], K), n = (size_t)16 * Ns[i];
-        const size_t db = memra_quant_dot_block_bytes((memra_qtype)qts[i]);
-        w[i] = malloc(rb * Ns[i]);
-        for (size_t off = 0; off < rb * Ns[i]; off += db)
-            fill_block(qts[i], w[i] + off, db, &rng);
-        ref[i] = malloc(n * 4), sabs[i] = malloc(n * 4), yinit[i] = malloc(n * 4);
-        y[i] = malloc(n * 4), y1[i] = malloc(n * 4);
+        const size_t rb = memra_quant_row_bytes((memra_qtype)mg_qts[i], MG_K);
+        const size_t db = memra_quant_dot_block_bytes((memra_qtype)mg_qts[i]), n = 16 * mg_n[i];
+        m->w[i] = malloc(rb * mg_n[i]);
+        for (size_t off = 0; off < rb * mg_n[i]; off += db)
+            fill_block(mg_qts[i], m->w[i] + off, db, rng);
+        m->ref[i] = malloc(n * 4), m->sabs[i] = malloc(n * 4), m->yinit[i] = malloc(n * 4);
+        m->y[i] = malloc(n * 4), m->y1[i] = malloc(n * 4);
         for (size_t k = 0; k < n; k++)
-            yinit[i][k] = tu_rng_normal(&rng);
-        ref_job j = {.qt = qts[i], .K = K, .N = Ns[i], .w = w[i], .a = a, .ref = ref[i],
-                     .sabs = sabs[i]};
+            m->yinit[i][k] = tu_rng_normal(rng);
+        ref_job j = {.qt = mg_qts[i], .K = MG_K, .N = mg_n[i], .w = m->w[i], .a = m->a,
+                     .ref = m->ref[i], .sabs = m->sabs[i]};
         cpu_ref(&j);
-        dw[i] = dalloc(rb * Ns[i]), dy[i] = dalloc(n * 4), dsc[i] = dalloc(4);
-        CU_OK(cuMemcpyHtoD(dw[i], w[i], rb * Ns[i]));
-        CU_OK(cuMemcpyHtoD(dsc[i], &scales[i], 4));
-        args.out[i] = (memra_mmvq_out){.w = dptr(dw[i]), .y = dptr(dy[i]), .qtype = qts[i],
-                                       .n_out = Ns[i], .row_bytes = rb, .mode = modes[i],
-                                       .scale = i ? dptr(dsc[i]) : NULL};
+        m->dw[i] = dalloc(rb * mg_n[i]), m->dy[i] = dalloc(n * 4), m->dsc[i] = dalloc(4);
+        CU_OK(cuMemcpyHtoD(m->dw[i], m->w[i], rb * mg_n[i]));
+        CU_OK(cuMemcpyHtoD(m->dsc[i], &mg_scales[i], 4));
+        m->args.out[i] = (memra_mmvq_out){.w = dptr(m->dw[i]), .y = dptr(m->dy[i]),
+                                          .qtype = mg_qts[i], .n_out = mg_n[i], .row_bytes = rb,
+                                          .mode = mg_modes[i],
+                                          .scale = i ? dptr(m->dsc[i]) : NULL};
     }
-    long bad = 0, pairs = 0;
-    static const int Bs[3] = {1, 5, 16};
-    for (int bi = 0; bi < 3; bi++)
-        for (int ks = 0; ks <= 1; ks++) { /* auto (4 for these 33 tiles), then forced 1 */
-            const int B = Bs[bi];
-            args.b = B;
-            for (int i = 0; i < 3; i++)
-                CU_OK(cuMemcpyHtoD(dy[i], yinit[i], (size_t)16 * Ns[i] * 4));
-            int used;
-            mmvq_run(&args, ks, &used);
-            for (int i = 0; i < 3; i++) {
-                CU_OK(cuMemcpyDtoH(y[i], dy[i], (size_t)B * Ns[i] * 4));
-                for (int k = 0; k < B * Ns[i]; k++, pairs++) {
-                    const float v = ref[i][k] * scales[i];
-                    const float want = modes[i] ? yinit[i][k] + v : v;
-                    const int nblk = K / memra_quant_dot_block_elems((memra_qtype)qts[i]);
-                    const double tol = used == 1 ? 0.0
-                                                 : 2.0 * 1.001 * (nblk - 1) * 0x1p-24 *
-                                                           sabs[i][k] * fabsf(scales[i]) +
-                                                       0x1p-24 * fabs(v) + 0x1p-23 * fabs(want);
-                    const int ok = used == 1 ? memcmp(&y[i][k], &want, 4) == 0
-                                             : fabs((double)y[i][k] - want) <= tol;
-                    if (!ok && bad++ < 6)
-                        printf("  FAIL merged B=%d ksplit=%d weight %d [%d]: gpu %.9g want %.9g "
-                               "tol %.3g\n",
-                               B, used, i, k, y[i][k], want, tol);
-                }
-            }
+}
+
+static void merged_close(merged *m)
+{
+    for (int i = 0; i < 3; i++) {
+        CU_OK(cuMemFree(m->dw[i]));
+        CU_OK(cuMemFree(m->dy[i]));
+        CU_OK(cuMemFree(m->dsc[i]));
+        free(m->w[i]), free(m->ref[i]), free(m->sabs[i]), free(m->yinit[i]);
+        free(m->y[i]), free(m->y1[i]);
+    }
+    CU_OK(cuMemFree(m->da));
+    free(m->a);
+}
+
+/* One launch of B rows with ksplit ks (0 = auto) against the CPU expectation; returns the
+ * number of wrong outputs and adds the outputs checked to *pairs. */
+static long merged_values(merged *m, int B, int ks, long *pairs)
+{
+    long bad = 0;
+    int used;
+    m->args.b = B;
+    for (int i = 0; i < 3; i++)
+        CU_OK(cuMemcpyHtoD(m->dy[i], m->yinit[i], (size_t)16 * mg_n[i] * 4));
+    mmvq_run(&m->args, ks, &used);
+    for (int i = 0; i < 3; i++) {
+        const int nblk = MG_K / memra_quant_dot_block_elems((memra_qtype)mg_qts[i]);
+        CU_OK(cuMemcpyDtoH(m->y[i], m->dy[i], (size_t)B * mg_n[i] * 4));
+        for (int k = 0; k < B * mg_n[i]; k++, (*pairs)++) {
+            const float v = m->ref[i][k] * mg_scales[i];
+            const float want = mg_modes[i] ? m->yinit[i][k] + v : v;
+            const double tol = 2.0 * 1.001 * (nblk - 1) * 0x1p-24 * m->sabs[i][k] *
+                                   fabsf(mg_scales[i]) +
+                               0x1p-24 * fabs(v) + 0x1p-23 * fabs(want);
+            const int ok = used == 1 ? memcmp(&m->y[i][k], &want, 4) == 0
+                                     : fabs((double)m->y[i][k] - want) <= tol;
+            if (!ok && bad++ < 6)
+                printf("  FAIL merged B=%d ksplit=%d weight %d [%d]: gpu %.9g want %.9g tol "
+                       "%.3g\n",
+                       B, used, i, k, m->y[i][k], want, used == 1 ? 0.0 : tol);
         }
-    /* isolation: B = 16 rows vs B = 1 per row (auto ksplit), y reset before each launch */
-    long iso_bad = 0;
-    args.b = 16;
+    }
+    return bad;
+}
+
+/* B = 16 rows vs B = 1 per row (auto ksplit), y reset before each launch; 0 when equal. */
+static long merged_isolation(merged *m)
+{
+    long bad = 0;
+    m->args.b = 16;
     for (int i = 0; i < 3; i++)
-        CU_OK(cuMemcpyHtoD(dy[i], yinit[i], (size_t)16 * Ns[i] * 4));
-    mmvq_run(&args, 0, NULL);
+        CU_OK(cuMemcpyHtoD(m->dy[i], m->yinit[i], (size_t)16 * mg_n[i] * 4));
+    mmvq_run(&m->args, 0, NULL);
     for (int i = 0; i < 3; i++)
-        CU_OK(cuMemcpyDtoH(y[i], dy[i], (size_t)16 * Ns[i] * 4));
-    const size_t rowa = (size_t)(K / 32) * sizeof(memra_block_q8_1);
+        CU_OK(cuMemcpyDtoH(m->y[i], m->dy[i], (size_t)16 * mg_n[i] * 4));
+    const size_t rowa = (size_t)(MG_K / 32) * sizeof(memra_block_q8_1);
     for (int b = 0; b < 16; b++) {
-        memra_mmvq_args one = args;
+        memra_mmvq_args one = m->args;
         one.b = 1;
-        one.a = dptr(da + b * rowa);
+        one.a = dptr(m->da + b * rowa);
         for (int i = 0; i < 3; i++) {
-            one.out[i].y = dptr(dy[i] + (size_t)b * Ns[i] * 4);
-            CU_OK(cuMemcpyHtoD(dy[i] + (size_t)b * Ns[i] * 4, yinit[i] + (size_t)b * Ns[i],
-                               (size_t)Ns[i] * 4));
+            const size_t off = (size_t)b * mg_n[i];
+            one.out[i].y = dptr(m->dy[i] + off * 4);
+            CU_OK(cuMemcpyHtoD(m->dy[i] + off * 4, m->yinit[i] + off, (size_t)mg_n[i] * 4));
         }
         mmvq_run(&one, 0, NULL);
     }
     for (int i = 0; i < 3; i++) {
-        CU_OK(cuMemcpyDtoH(y1[i], dy[i], (size_t)16 * Ns[i] * 4));
-        iso_bad += memcmp(y[i], y1[i], (size_t)16 * Ns[i] * 4) != 0;
+        CU_OK(cuMemcpyDtoH(m->y1[i], m->dy[i], (size_t)16 * mg_n[i] * 4));
+        bad += memcmp(m->y[i], m->y1[i], (size_t)16 * mg_n[i] * 4) != 0;
     }
+    return bad;
+}
+
+START_TEST(test_mmvq_merged)
+{
+    GPU_OR_SKIP();
+    tu_rng rng;
+    tu_rng_seed(&rng, 4242);
+    merged m;
+    merged_open(&m, &rng);
+    long bad = 0, pairs = 0;
+    static const int Bs[3] = {1, 5, 16};
+    for (int bi = 0; bi < 3; bi++)
+        for (int ks = 0; ks <= 1; ks++) /* auto (4 for these 33 tiles), then forced 1 */
+            bad += merged_values(&m, Bs[bi], ks, &pairs);
+    const long iso_bad = merged_isolation(&m);
     printf("TABLE|mmvq merged q4_K+q6_K(add,x0.5)+q8_0(x-1.25): %ld/%ld ok, isolation %s\n",
            pairs - bad, pairs, iso_bad ? "FAIL" : "ok");
-    for (int i = 0; i < 3; i++) {
-        CU_OK(cuMemFree(dw[i]));
-        CU_OK(cuMemFree(dy[i]));
-        CU_OK(cuMemFree(dsc[i]));
-        free(w[i]), free(ref[i]), free(sabs[i]), free(yinit[i]), free(y[i]), free(y1[i]);
-    }
-    CU_OK(cuMemFree(da));
-    free(x), free(a);
+    merged_close(&m);
     ck_assert_msg(bad == 0 && iso_bad == 0, "merged: %ld wrong, %ld isolation", bad, iso_bad);
 }
 END_TEST
@@ -683,7 +717,7 @@ enum { BENCH_REPS = 15 };
 /* Median ms of BENCH_REPS mmvq launches whose weights start at successive offsets of the
  * 1 GB buffer, so a matrix smaller than L2 is still read from HBM. */
 static float bench_mmvq(CUdeviceptr wbuf, size_t wcap, CUdeviceptr da, CUdeviceptr dy, int qt,
-                        int K, int N, int B, CUevent e0, CUevent e1)
+                        int K, int N, int B, int ksplit, CUevent e0, CUevent e1)
 {
     const size_t rb = memra_quant_row_bytes((memra_qtype)qt, K);
     const size_t stride = (rb * N + 255) / 256 * 256, nmat = wcap / stride;
@@ -694,13 +728,49 @@ static float bench_mmvq(CUdeviceptr wbuf, size_t wcap, CUdeviceptr da, CUdevicep
     for (int it = -2; it < BENCH_REPS; it++) {
         args.out[0].w = dptr(wbuf + (size_t)(it + 2) % nmat * stride);
         CU_OK(cuEventRecord(e0, G.st));
-        mmvq_run(&args, 0, NULL);
+        mmvq_run(&args, ksplit, NULL);
         CU_OK(cuEventRecord(e1, G.st));
         CU_OK(cuEventSynchronize(e1));
         if (it >= 0)
             CU_OK(cuEventElapsedTime(&ms[it], e0, e1));
     }
     return median(ms, BENCH_REPS);
+}
+
+/* Random bytes (never time on zeros) over the weight buffer, 64 MB generated once and tiled;
+ * q8_1 activations of 16 rows of 14336 values. */
+static void bench_fill(CUdeviceptr wbuf, size_t cap, CUdeviceptr da)
+{
+    const size_t chunk = (size_t)64 << 20;
+    uint64_t *h = malloc(chunk);
+    tu_rng rng;
+    tu_rng_seed(&rng, 99);
+    for (size_t i = 0; i < chunk / 8; i++)
+        h[i] = tu_rng_u64(&rng);
+    for (size_t off = 0; off < cap; off += chunk)
+        CU_OK(cuMemcpyHtoD(wbuf + off, h, chunk));
+    float *x = malloc((size_t)16 * 14336 * 4);
+    memra_block_q8_1 *a = malloc((size_t)16 * 14336 / 32 * 36);
+    fill_acts(x, 16, 14336, &rng);
+    for (int b = 0; b < 16; b++)
+        memra_quantize_q8_1(x + (size_t)b * 14336, a + (size_t)b * 448, 14336);
+    CU_OK(cuMemcpyHtoD(da, a, (size_t)16 * 14336 / 32 * 36));
+    free(h), free(x), free(a);
+}
+
+/* Device-to-device copy bandwidth, bytes read plus bytes written per second (GB/s). */
+static double bench_copy(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUevent e0, CUevent e1)
+{
+    float ms[BENCH_REPS];
+    for (int it = -2; it < BENCH_REPS; it++) {
+        CU_OK(cuEventRecord(e0, G.st));
+        CU_OK(cuMemcpyDtoDAsync(dst, src, bytes, G.st));
+        CU_OK(cuEventRecord(e1, G.st));
+        CU_OK(cuEventSynchronize(e1));
+        if (it >= 0)
+            CU_OK(cuEventElapsedTime(&ms[it], e0, e1));
+    }
+    return 2.0 * (double)bytes / (median(ms, BENCH_REPS) * 1e-3) / 1e9;
 }
 
 START_TEST(test_bandwidth)
@@ -713,37 +783,11 @@ START_TEST(test_bandwidth)
     const size_t cap = (size_t)1 << 30;
     CUdeviceptr wbuf = dalloc(cap), dst = dalloc(cap);
     CUdeviceptr da = dalloc((size_t)16 * 14336 / 32 * 36), dy = dalloc((size_t)16 * 600000 * 4);
-    {
-        /* random bytes (never time on zeros): 64 MB generated once, tiled over the buffer */
-        const size_t chunk = (size_t)64 << 20;
-        uint64_t *h = malloc(chunk);
-        tu_rng rng;
-        tu_rng_seed(&rng, 99);
-        for (size_t i = 0; i < chunk / 8; i++)
-            h[i] = tu_rng_u64(&rng);
-        for (size_t off = 0; off < cap; off += chunk)
-            CU_OK(cuMemcpyHtoD(wbuf + off, h, chunk));
-        float *x = malloc((size_t)16 * 14336 * 4);
-        memra_block_q8_1 *a = malloc((size_t)16 * 14336 / 32 * 36);
-        fill_acts(x, 16, 14336, &rng);
-        for (int b = 0; b < 16; b++)
-            memra_quantize_q8_1(x + (size_t)b * 14336, a + (size_t)b * 448, 14336);
-        CU_OK(cuMemcpyHtoD(da, a, (size_t)16 * 14336 / 32 * 36));
-        free(h), free(x), free(a);
-    }
+    bench_fill(wbuf, cap, da);
     CUevent e0, e1;
     CU_OK(cuEventCreate(&e0, CU_EVENT_DEFAULT));
     CU_OK(cuEventCreate(&e1, CU_EVENT_DEFAULT));
-    float ms[BENCH_REPS];
-    for (int it = -2; it < BENCH_REPS; it++) {
-        CU_OK(cuEventRecord(e0, G.st));
-        CU_OK(cuMemcpyDtoDAsync(dst, wbuf, cap, G.st));
-        CU_OK(cuEventRecord(e1, G.st));
-        CU_OK(cuEventSynchronize(e1));
-        if (it >= 0)
-            CU_OK(cuEventElapsedTime(&ms[it], e0, e1));
-    }
-    const double copy_gbs = 2.0 * (double)cap / (median(ms, BENCH_REPS) * 1e-3) / 1e9;
+    const double copy_gbs = bench_copy(dst, wbuf, cap, e0, e1);
     printf("TABLE|bandwidth: device-to-device copy of 1 GiB: %.0f GB/s (read + write)\n",
            copy_gbs);
     printf("TABLE|%-7s %6s %7s %3s %9s %8s %7s\n", "qtype", "K", "N", "B", "time_us", "GB/s",
@@ -760,22 +804,29 @@ START_TEST(test_bandwidth)
                 N = 600000;
             if (ti > 0 && Bs[bi] != 1 && Bs[bi] != 16)
                 continue;
-            const float t = bench_mmvq(wbuf, cap, da, dy, qt, K, N, Bs[bi], e0, e1);
+            const float t = bench_mmvq(wbuf, cap, da, dy, qt, K, N, Bs[bi], 0, e0, e1);
             const double gbs = (double)rb * N / (t * 1e-3) / 1e9;
             printf("TABLE|%-7s %6d %7d %3d %9.1f %8.0f %6.0f%%\n", memra_qtype_get(qt)->name, K,
                    N, Bs[bi], t * 1e3, gbs, 100.0 * gbs / copy_gbs);
         }
     /* decode-sized Q4_K matrices (weights rotated through the 1 GiB buffer, so from HBM) */
+    /* ks = 0: the shape's automatic K split; 1, 2, 4 forced, to show what the split buys */
     static const int shapes[][2] = {{4096, 4096}, {4096, 12288}, {12288, 4096}, {4096, 1024}};
+    printf("TABLE|decode-sized q4_K (ks 0 = auto):\n");
+    printf("TABLE|%6s %6s %3s %3s %9s %8s %7s\n", "K", "N", "B", "ks", "time_us", "GB/s",
+           "vs_copy");
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
-        for (int B = 1; B <= 16; B += 15) {
-            const int K = shapes[si][0], N = shapes[si][1];
-            const float t = bench_mmvq(wbuf, cap, da, dy, MEMRA_QT_Q4_K, K, N, B, e0, e1);
-            const double gbs =
-                (double)memra_quant_row_bytes(MEMRA_QT_Q4_K, K) * N / (t * 1e-3) / 1e9;
-            printf("TABLE|%-7s %6d %7d %3d %9.1f %8.0f %6.0f%%\n", "q4_K", K, N, B, t * 1e3, gbs,
-                   100.0 * gbs / copy_gbs);
-        }
+        for (int B = 1; B <= 16; B += 15)
+            for (int ks = 0; ks <= 4; ks = ks ? 2 * ks : 1) {
+                if (B == 16 && ks != 0)
+                    continue;
+                const int K = shapes[si][0], N = shapes[si][1];
+                const float t = bench_mmvq(wbuf, cap, da, dy, MEMRA_QT_Q4_K, K, N, B, ks, e0, e1);
+                const double gbs =
+                    (double)memra_quant_row_bytes(MEMRA_QT_Q4_K, K) * N / (t * 1e-3) / 1e9;
+                printf("TABLE|%6d %6d %3d %3d %9.1f %8.0f %6.0f%%\n", K, N, B, ks, t * 1e3, gbs,
+                       100.0 * gbs / copy_gbs);
+            }
     CU_OK(cuEventDestroy(e0));
     CU_OK(cuEventDestroy(e1));
     CU_OK(cuMemFree(wbuf));

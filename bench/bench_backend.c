@@ -1,0 +1,244 @@
+/*
+ * bench_backend.c — memra-bench's seam over the CPU and CUDA backends (see bench_backend.h
+ * for what each timing means). Forwarding only: no policy lives here.
+ */
+#include "bench_backend.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double clock_ms(clockid_t id)
+{
+    struct timespec ts;
+    clock_gettime(id, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+int bench_be_available(memra_bench_backend kind)
+{
+#ifdef MEMRA_BENCH_CUDA
+    return kind == MEMRA_BENCH_CPU || kind == MEMRA_BENCH_CUDA;
+#else
+    return kind == MEMRA_BENCH_CPU;
+#endif
+}
+
+const char *bench_be_name(memra_bench_backend kind)
+{
+    return kind == MEMRA_BENCH_CUDA ? "cuda" : "cpu";
+}
+
+const char *bench_be_host_method(memra_bench_backend kind)
+{
+    return kind == MEMRA_BENCH_CUDA
+               ? "thread CPU time of the step minus its CUDA-event time (lower bound: the "
+                 "launch call overlaps the event interval)"
+               : "thread CPU time of the step (the CPU backend's whole tick is host work)";
+}
+
+int bench_be_open(bench_be *b, memra_bench_backend kind, const char *plan_dir,
+                  const memra_gguf *g, const bench_be_opts *o, memra_err *err)
+{
+    int rc;
+    memset(b, 0, sizeof *b);
+    b->kind = kind;
+    if (kind == MEMRA_BENCH_CPU) {
+        memra_cpu_opts co;
+        memra_cpu_opts_init(&co);
+        co.n_slots = o->n_slots;
+        co.n_ctx = o->n_ctx;
+        rc = memra_cpu_backend_open(plan_dir, g, &co, &b->cpu, err);
+        if (rc == MEMRA_OK)
+            b->n_vocab = memra_cpu_backend_n_vocab(b->cpu);
+        return rc;
+    }
+#ifdef MEMRA_BENCH_CUDA
+    memra_cuda_opts uo;
+    memra_cuda_opts_init(&uo);
+    uo.n_slots = o->n_slots;
+    uo.n_ctx = o->n_ctx;
+    uo.graphs = o->graphs;
+    uo.device = o->device;
+    rc = memra_cuda_backend_open(plan_dir, g, &uo, &b->cuda, err);
+    if (rc == MEMRA_OK) {
+        b->n_vocab = memra_cuda_backend_n_vocab(b->cuda);
+        b->graphs = memra_cuda_backend_info(b->cuda)->graphs;
+    }
+    return rc;
+#else
+    return MEMRA_FAIL(err, MEMRA_ERR_UNSUPPORTED, "backend cuda: this memra-bench was built "
+                      "without CUDA (no nvcc or no CUDA backend at configure time)");
+#endif
+}
+
+void bench_be_close(bench_be *b)
+{
+    memra_cpu_backend_close(b->cpu);
+    b->cpu = NULL;
+#ifdef MEMRA_BENCH_CUDA
+    memra_cuda_backend_close(b->cuda);
+    b->cuda = NULL;
+#endif
+}
+
+int bench_be_admit(bench_be *b, uint32_t *session, memra_err *err)
+{
+#ifdef MEMRA_BENCH_CUDA
+    if (b->cuda)
+        return memra_cuda_session_admit(b->cuda, NULL, session, err);
+#endif
+    return memra_cpu_session_admit(b->cpu, NULL, session, err);
+}
+
+int bench_be_retire(bench_be *b, uint32_t session, memra_err *err)
+{
+#ifdef MEMRA_BENCH_CUDA
+    if (b->cuda)
+        return memra_cuda_session_retire(b->cuda, session, err);
+#endif
+    return memra_cpu_session_retire(b->cpu, session, err);
+}
+
+uint32_t bench_be_pos(const bench_be *b, uint32_t session)
+{
+#ifdef MEMRA_BENCH_CUDA
+    if (b->cuda)
+        return memra_cuda_session_pos(b->cuda, session);
+#endif
+    return memra_cpu_session_pos(b->cpu, session);
+}
+
+int bench_be_can_fill(const bench_be *b)
+{
+#ifdef MEMRA_BENCH_CUDA
+    if (b->cuda)
+        return 0; /* TODO(#bench): memra_cuda_session_fill_synthetic (requested) */
+#endif
+    return b->cpu != NULL;
+}
+
+int bench_be_fill(bench_be *b, uint32_t session, uint32_t pos, uint64_t seed, memra_err *err)
+{
+#ifdef MEMRA_BENCH_CUDA
+    if (b->cuda)
+        return MEMRA_FAIL(err, MEMRA_ERR_UNSUPPORTED, "the CUDA backend has no synthetic-history "
+                          "call (memra_cuda_session_fill_synthetic) yet");
+#endif
+    return memra_cpu_session_fill_synthetic(b->cpu, session, pos, seed, err);
+}
+
+int bench_be_step(bench_be *b, uint32_t n_rows, const uint32_t *sessions, const int32_t *tokens,
+                  uint32_t tier, int32_t *out, bench_tick *t, memra_err *err)
+{
+    int rc;
+    double w0, c0, w1, c1;
+#ifdef MEMRA_BENCH_CUDA
+    if (b->cuda) {
+        const memra_cuda_step st = {.n_rows = n_rows, .sessions = sessions, .tokens = tokens,
+                                    .tier = tier, .out_tokens = out};
+        c0 = clock_ms(CLOCK_THREAD_CPUTIME_ID);
+        rc = memra_cuda_backend_step(b->cuda, &st, err);
+        c1 = clock_ms(CLOCK_THREAD_CPUTIME_ID);
+        if (rc == MEMRA_OK && t) {
+            t->lat_ms = memra_cuda_backend_info(b->cuda)->last_tick_ms;
+            const double host_ms = (c1 - c0) - t->lat_ms;
+            t->host_us = host_ms > 0 ? host_ms * 1e3 : 0;
+        }
+        return rc;
+    }
+#endif
+    const memra_cpu_step st = {.n_rows = n_rows, .sessions = sessions, .tokens = tokens,
+                               .tier = tier, .out_tokens = out};
+    w0 = clock_ms(CLOCK_MONOTONIC);
+    c0 = clock_ms(CLOCK_THREAD_CPUTIME_ID);
+    rc = memra_cpu_backend_step(b->cpu, &st, err);
+    c1 = clock_ms(CLOCK_THREAD_CPUTIME_ID);
+    w1 = clock_ms(CLOCK_MONOTONIC);
+    if (rc == MEMRA_OK && t) {
+        t->lat_ms = w1 - w0;
+        t->host_us = (c1 - c0) * 1e3;
+    }
+    return rc;
+}
+
+int bench_be_logits(bench_be *b, uint32_t row, uint32_t n_rows, float *dst, memra_err *err)
+{
+#ifdef MEMRA_BENCH_CUDA
+    if (b->cuda)
+        return memra_cuda_backend_logits(b->cuda, row, n_rows, dst, err);
+#endif
+    for (uint32_t r = 0; r < n_rows; r++) {
+        const float *l = memra_cpu_backend_logits(b->cpu, row + r);
+        if (!l)
+            return MEMRA_FAIL(err, MEMRA_ERR_INVALID_ARG, "logits: row %u is not a row of the "
+                              "last step", row + r);
+        memcpy(dst + (size_t)r * b->n_vocab, l, sizeof(float) * b->n_vocab);
+    }
+    return MEMRA_OK;
+}
+
+/* "model name : ..." of /proc/cpuinfo, and the online CPU count. */
+static void cpu_name(char *buf, size_t n)
+{
+    char line[256], name[160] = "unknown CPU";
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    while (f && fgets(line, sizeof line, f)) {
+        if (strncmp(line, "model name", 10) == 0 && strchr(line, ':')) {
+            snprintf(name, sizeof name, "%s", strchr(line, ':') + 2);
+            name[strcspn(name, "\n")] = 0;
+            break;
+        }
+    }
+    if (f)
+        fclose(f);
+    snprintf(buf, n, "%s (CPU backend, 1 thread)", name);
+}
+
+void bench_be_device(const bench_be *b, char *buf, size_t n)
+{
+#ifdef MEMRA_BENCH_CUDA
+    if (b->cuda) {
+        const memra_cuda_info *in = memra_cuda_backend_info(b->cuda);
+        snprintf(buf, n, "%s (sm_%d, %d SMs)", in->device_name, in->sm, in->n_sm);
+        return;
+    }
+#endif
+    (void)b;
+    cpu_name(buf, n);
+}
+
+uint32_t bench_be_graph_nodes(const bench_be *b, uint32_t tier)
+{
+#ifdef MEMRA_BENCH_CUDA
+    if (b->cuda) {
+        const memra_cuda_info *in = memra_cuda_backend_info(b->cuda);
+        for (uint32_t t = 0; t < in->n_tiers; t++)
+            if (in->tiers[t] == tier)
+                return in->graphs ? in->graph_nodes[t] : 0;
+    }
+#endif
+    (void)b;
+    (void)tier;
+    return 0;
+}
+
+int bench_be_copy_bw(memra_bench_backend kind, int device, uint64_t bytes, uint32_t reps,
+                     double *best_gbs, double *median_gbs, char *method, size_t method_n,
+                     memra_err *err)
+{
+    if (kind == MEMRA_BENCH_CPU) {
+        snprintf(method, method_n, "host memcpy, %.0f MiB, best of %u", (double)bytes / 1048576.0, reps);
+        return memra_bench_copy_bw_host(bytes, reps, best_gbs, median_gbs, err);
+    }
+#ifdef MEMRA_BENCH_CUDA
+    char name[128];
+    snprintf(method, method_n, "device copy, 16-byte loads, %.0f MiB, best of %u",
+             (double)bytes / 1048576.0, reps);
+    return memra_bench_copy_bw_cuda(device, bytes, reps, best_gbs, median_gbs, name, sizeof name, err);
+#else
+    (void)device;
+    return MEMRA_FAIL(err, MEMRA_ERR_UNSUPPORTED, "backend cuda: not in this build");
+#endif
+}

@@ -1,0 +1,387 @@
+/*
+ * report.c — what memra-bench prints and writes: the configuration header, the human table,
+ * one JSON object per line (config, case, phase, target), the PASS/MISS lines of the
+ * issue's targets, and the gnuplot script + SVG (tokens/s and fraction of copy bandwidth
+ * against the tier, one line per depth).
+ *
+ * Must not: measure or recompute anything (every number comes from the report), or need a
+ * display: the plot uses gnuplot's svg terminal, run as a child process.
+ */
+#include <errno.h>
+#include <jansson.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include "bench.h"
+
+extern char **environ;
+
+/* ====================================== header ======================================= */
+
+static void list_str(const uint32_t *v, uint32_t n, char *buf, size_t len)
+{
+    size_t k = 0;
+    buf[0] = 0;
+    for (uint32_t i = 0; i < n && k < len; i++)
+        k += (size_t)snprintf(buf + k, len - k, "%s%u", i ? "," : "", v[i]);
+}
+
+void memra_bench_print_header(const memra_bench_report *r, FILE *f)
+{
+    const memra_bench_opts *o = &r->opts;
+    char tiers[96], depths[160];
+    list_str(o->tiers, o->n_tiers, tiers, sizeof tiers);
+    list_str(o->depths, o->n_depths, depths, sizeof depths);
+    fprintf(f, "memra-bench\n");
+    fprintf(f, "  model     %s: \"%s\", %s, %u layers, n_embd %u, n_vocab %u, %s, %.2f GB file, "
+               "%.3g params%s%s\n", o->model, r->model_name, r->arch, r->n_layer, r->n_embd,
+            r->n_vocab, r->file_type, r->file_bytes / 1e9, (double)r->n_params,
+            r->preset[0] ? ", forge preset " : "", r->preset);
+    fprintf(f, "  plans     %s%s, %u stage(s), KV %s\n", r->plans_dir,
+            r->plans_generated ? " (planned in-process, removed after the run)" : "",
+            r->n_stages, r->kv_dtype);
+    fprintf(f, "  backend   %s on %s\n", r->backend, r->device);
+    fprintf(f, "  options   --tiers %s --depths %s --ticks %u --warmup %u%s%s --seed %llu "
+               "--prefill %s%s --copy-mib %u --copy-reps %u\n", tiers, depths, o->ticks,
+            o->warmup, o->graphs ? "" : " --no-graph", o->phases ? " --phases" : "",
+            (unsigned long long)o->seed, o->synthetic ? "synthetic" : "decode",
+            o->isolation ? "" : " --no-isolation", o->copy_mib, o->copy_reps);
+    fprintf(f, "  engine    n_ctx %u, %u slots, opened in %.0f ms%s\n", r->n_ctx, r->n_slots,
+            r->open_ms, o->backend == MEMRA_BENCH_CUDA && o->graphs ?
+            " (graph pass, then an eager pass)" : "");
+    fprintf(f, "  copy BW   %.1f GB/s best, %.1f median (%s; bytes read + written)\n",
+            r->copy_gbs, r->copy_median_gbs, r->copy_method);
+    fprintf(f, "  host time %s\n", r->host_method);
+    fprintf(f, "  contexts  %s\n", r->fill_method);
+}
+
+/* ======================================= table ======================================= */
+
+static const char *iso_str(const memra_bench_case *c, char *buf, size_t n)
+{
+    if (c->isolation < 0)
+        return c->tier == 1 ? "(B=1)" : "-";
+    if (c->isolation)
+        return "ok";
+    snprintf(buf, n, "%u DIFF", c->rows_differ);
+    return buf;
+}
+
+void memra_bench_print_table(const memra_bench_report *r, FILE *f)
+{
+    fprintf(f, "\n%4s %6s %-5s %9s %9s %10s %8s %9s %8s %6s %6s %6s %-7s %7s\n", "B", "depth",
+            "mode", "median_ms", "p99_ms", "tok/s", "host_us", "MB/tick", "GB/s", "%BW",
+            "launch", "nodes", "rows=t1", "graph_x");
+    for (uint32_t i = 0; i < r->n_cases; i++) {
+        const memra_bench_case *c = &r->cases[i];
+        char iso[32], gx[16] = "-";
+        if (c->graph && c->eager_median_ms > 0)
+            snprintf(gx, sizeof gx, "%.2f", c->eager_median_ms / c->median_ms);
+        fprintf(f, "%4u %6u %-5s %9.3f %9.3f %10.1f %8.1f %9.1f %8.1f %5.1f%% %6u %6u %-7s %7s\n",
+                c->tier, c->depth, c->graph ? "graph" : "eager", c->median_ms, c->p99_ms,
+                c->tok_s, c->host_us, c->bytes / 1e6, c->gbs, 100 * c->frac_bw, c->launches,
+                c->graph_nodes, iso_str(c, iso, sizeof iso), gx);
+    }
+    if (!r->n_phases)
+        return;
+    fprintf(f, "\nphases: marginal cost of each op class = median tick with every launch of the "
+               "class issued twice - median tick as planned (%s)\n",
+            r->opts.backend == MEMRA_BENCH_CUDA && r->opts.graphs ? "graph replay" : "eager");
+    fprintf(f, "%4s %6s %-12s %8s %10s %10s %10s %7s\n", "B", "depth", "op", "launches",
+            "base_ms", "doubled_ms", "marginal", "share");
+    for (uint32_t i = 0; i < r->n_phases; i++) {
+        const memra_bench_phase *p = &r->phases[i];
+        fprintf(f, "%4u %6u %-12s %8u %10.3f %10.3f %10.3f %6.1f%%\n", p->tier, p->depth,
+                memra_op_get(p->op)->name, p->launches, p->base_ms, p->doubled_ms,
+                p->marginal_ms, p->base_ms > 0 ? 100 * p->marginal_ms / p->base_ms : 0);
+    }
+}
+
+/* ======================================== JSON ======================================= */
+
+static json_t *u32_array(const uint32_t *v, uint32_t n)
+{
+    json_t *a = json_array();
+    for (uint32_t i = 0; i < n; i++)
+        json_array_append_new(a, json_integer(v[i]));
+    return a;
+}
+
+static json_t *config_json(const memra_bench_report *r)
+{
+    const memra_bench_opts *o = &r->opts;
+    json_t *j = json_object();
+    json_object_set_new(j, "type", json_string("config"));
+    json_object_set_new(j, "model", json_string(o->model));
+    json_object_set_new(j, "model_name", json_string(r->model_name));
+    json_object_set_new(j, "arch", json_string(r->arch));
+    json_object_set_new(j, "file_type", json_string(r->file_type));
+    json_object_set_new(j, "forge_preset", json_string(r->preset));
+    json_object_set_new(j, "file_bytes", json_integer((json_int_t)r->file_bytes));
+    json_object_set_new(j, "n_params", json_integer((json_int_t)r->n_params));
+    json_object_set_new(j, "n_layer", json_integer(r->n_layer));
+    json_object_set_new(j, "n_embd", json_integer(r->n_embd));
+    json_object_set_new(j, "n_vocab", json_integer(r->n_vocab));
+    json_object_set_new(j, "plans", json_string(r->plans_dir));
+    json_object_set_new(j, "plans_generated", json_boolean(r->plans_generated));
+    json_object_set_new(j, "n_stages", json_integer(r->n_stages));
+    json_object_set_new(j, "kv", json_string(r->kv_dtype));
+    json_object_set_new(j, "backend", json_string(r->backend));
+    json_object_set_new(j, "device", json_string(r->device));
+    json_object_set_new(j, "tiers", u32_array(o->tiers, o->n_tiers));
+    json_object_set_new(j, "depths", u32_array(o->depths, o->n_depths));
+    json_object_set_new(j, "ticks", json_integer(o->ticks));
+    json_object_set_new(j, "warmup", json_integer(o->warmup));
+    json_object_set_new(j, "graphs", json_boolean(o->graphs));
+    json_object_set_new(j, "phases", json_boolean(o->phases));
+    json_object_set_new(j, "isolation", json_boolean(o->isolation));
+    json_object_set_new(j, "prefill", json_string(o->synthetic ? "synthetic" : "decode"));
+    json_object_set_new(j, "seed", json_integer((json_int_t)o->seed));
+    json_object_set_new(j, "n_ctx", json_integer(r->n_ctx));
+    json_object_set_new(j, "n_slots", json_integer(r->n_slots));
+    json_object_set_new(j, "open_ms", json_real(r->open_ms));
+    json_object_set_new(j, "copy_gbs", json_real(r->copy_gbs));
+    json_object_set_new(j, "copy_median_gbs", json_real(r->copy_median_gbs));
+    json_object_set_new(j, "copy_method", json_string(r->copy_method));
+    json_object_set_new(j, "host_method", json_string(r->host_method));
+    return j;
+}
+
+static json_t *case_json(const memra_bench_report *r, const memra_bench_case *c)
+{
+    json_t *j = json_object();
+    json_object_set_new(j, "type", json_string("case"));
+    json_object_set_new(j, "backend", json_string(r->backend));
+    json_object_set_new(j, "model_name", json_string(r->model_name));
+    json_object_set_new(j, "tier", json_integer(c->tier));
+    json_object_set_new(j, "depth", json_integer(c->depth));
+    json_object_set_new(j, "mode", json_string(c->graph ? "graph" : "eager"));
+    json_object_set_new(j, "ticks", json_integer(c->ticks));
+    json_object_set_new(j, "median_ms", json_real(c->median_ms));
+    json_object_set_new(j, "p99_ms", json_real(c->p99_ms));
+    json_object_set_new(j, "min_ms", json_real(c->min_ms));
+    json_object_set_new(j, "mean_ms", json_real(c->mean_ms));
+    json_object_set_new(j, "tok_s", json_real(c->tok_s));
+    json_object_set_new(j, "host_us", json_real(c->host_us));
+    json_object_set_new(j, "host_p99_us", json_real(c->host_p99_us));
+    json_object_set_new(j, "weight_bytes", json_integer((json_int_t)c->weight_bytes));
+    json_object_set_new(j, "kv_bytes", json_integer((json_int_t)c->kv_bytes));
+    json_object_set_new(j, "state_bytes", json_integer((json_int_t)c->state_bytes));
+    json_object_set_new(j, "bytes", json_integer((json_int_t)c->bytes));
+    json_object_set_new(j, "gbs", json_real(c->gbs));
+    json_object_set_new(j, "frac_bw", json_real(c->frac_bw));
+    json_object_set_new(j, "launches", json_integer(c->launches));
+    json_object_set_new(j, "graph_nodes", json_integer(c->graph_nodes));
+    json_object_set_new(j, "isolation", c->isolation < 0 ? json_null() : json_boolean(c->isolation));
+    json_object_set_new(j, "rows_differ", json_integer(c->rows_differ));
+    json_object_set_new(j, "eager_median_ms", c->eager_median_ms > 0 ? json_real(c->eager_median_ms)
+                                                                      : json_null());
+    json_object_set_new(j, "graph_speedup", c->graph && c->eager_median_ms > 0 ?
+                        json_real(c->eager_median_ms / c->median_ms) : json_null());
+    return j;
+}
+
+static json_t *phase_json(const memra_bench_phase *p)
+{
+    json_t *j = json_object();
+    json_object_set_new(j, "type", json_string("phase"));
+    json_object_set_new(j, "tier", json_integer(p->tier));
+    json_object_set_new(j, "depth", json_integer(p->depth));
+    json_object_set_new(j, "op", json_string(memra_op_get(p->op)->name));
+    json_object_set_new(j, "launches", json_integer(p->launches));
+    json_object_set_new(j, "base_ms", json_real(p->base_ms));
+    json_object_set_new(j, "doubled_ms", json_real(p->doubled_ms));
+    json_object_set_new(j, "marginal_ms", json_real(p->marginal_ms));
+    return j;
+}
+
+static json_t *target_json(const memra_bench_target *t)
+{
+    json_t *j = json_object();
+    json_object_set_new(j, "type", json_string("target"));
+    json_object_set_new(j, "name", json_string(t->name));
+    json_object_set_new(j, "pass", json_boolean(t->pass));
+    json_object_set_new(j, "detail", json_string(t->detail));
+    return j;
+}
+
+static int emit(json_t *j, FILE *f, memra_err *err)
+{
+    char *s = j ? json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(9)) : NULL;
+    json_decref(j);
+    if (!s)
+        return MEMRA_FAIL(err, MEMRA_ERR_NOMEM, "JSON line: out of memory");
+    const int ok = fprintf(f, "%s\n", s) > 0;
+    free(s);
+    return ok ? MEMRA_OK : MEMRA_FAIL(err, MEMRA_ERR_IO, "JSON line: write failed");
+}
+
+int memra_bench_write_json(const memra_bench_report *r, FILE *f, memra_err *err)
+{
+    int rc = emit(config_json(r), f, err);
+    for (uint32_t i = 0; i < r->n_cases && rc == MEMRA_OK; i++)
+        rc = emit(case_json(r, &r->cases[i]), f, err);
+    for (uint32_t i = 0; i < r->n_phases && rc == MEMRA_OK; i++)
+        rc = emit(phase_json(&r->phases[i]), f, err);
+    for (uint32_t i = 0; i < r->n_targets && rc == MEMRA_OK; i++)
+        rc = emit(target_json(&r->targets[i]), f, err);
+    return rc;
+}
+
+/* ====================================== targets ====================================== */
+
+#define TARGET_DEPTH 1024 /* the targets are stated at depth 1024 */
+
+/* The primary-mode case (graph when it ran) of (tier, depth), NULL when not run. */
+static const memra_bench_case *find_case(const memra_bench_report *r, uint32_t tier, uint32_t depth)
+{
+    for (uint32_t i = 0; i < r->n_cases; i++)
+        if (r->cases[i].tier == tier && r->cases[i].depth == depth)
+            return &r->cases[i]; /* graph cases come first */
+    return NULL;
+}
+
+static void add_target(memra_bench_report *r, const char *name, int pass, const char *fmt, double a,
+                       double b)
+{
+    memra_bench_target *t = &r->targets[r->n_targets++];
+    snprintf(t->name, sizeof t->name, "%s", name);
+    snprintf(t->detail, sizeof t->detail, fmt, a, b);
+    t->pass = pass;
+}
+
+void memra_bench_eval_targets(memra_bench_report *r)
+{
+    const memra_bench_case *b1 = find_case(r, 1, TARGET_DEPTH), *b16 = find_case(r, 16, TARGET_DEPTH);
+    r->n_targets = 0;
+    if (b1)
+        add_target(r, "B=1 bandwidth >= 70% of copy BW", b1->frac_bw >= 0.70,
+                   "%.1f%% of the copy bandwidth (target %.0f%%)", 100 * b1->frac_bw, 70);
+    if (b1 && b16) {
+        const double x = b1->tok_s > 0 ? b16->tok_s / b1->tok_s : 0;
+        add_target(r, "B=16 tok/s >= 10x B=1, rows bit-identical to tier 1",
+                   x >= 10.0 && b16->isolation == 1,
+                   "%.2fx B=1 (target 10x); rows differing from tier 1: %.0f", x,
+                   b16->isolation == 1 ? 0.0 : b16->isolation == 0 ? (double)b16->rows_differ : -1.0);
+    }
+    double worst = -1;
+    for (uint32_t i = 0; i < r->n_cases; i++)
+        if (r->cases[i].depth == TARGET_DEPTH && r->cases[i].host_us > worst)
+            worst = r->cases[i].host_us;
+    if (worst >= 0)
+        add_target(r, "host time per tick < 10 us at every tier", worst < 10.0,
+                   "worst median %.2f us (target < %.0f us)", worst, 10);
+    if (b1 && b1->graph && b1->eager_median_ms > 0) {
+        const double x = b1->eager_median_ms / b1->median_ms;
+        add_target(r, "graph >= 1.3x eager at B=1", x >= 1.3, "%.2fx (target %.1fx)", x, 1.3);
+    }
+}
+
+void memra_bench_print_targets(const memra_bench_report *r, FILE *f)
+{
+    fprintf(f, "\n");
+    if (!r->n_targets)
+        fprintf(f, "targets: none covered (they are stated at depth %d: run with it in --depths)\n",
+                TARGET_DEPTH);
+    for (uint32_t i = 0; i < r->n_targets; i++)
+        fprintf(f, "%s  %s: %s\n", r->targets[i].pass ? "PASS" : "MISS", r->targets[i].name,
+                r->targets[i].detail);
+}
+
+/* ======================================== plot ======================================= */
+
+/* A gnuplot single-quoted string: ' is doubled. */
+static void gp_str(FILE *f, const char *s)
+{
+    fputc('\'', f);
+    for (; *s; s++) {
+        if (*s == '\'')
+            fputc('\'', f);
+        if ((unsigned char)*s >= 0x20)
+            fputc(*s, f);
+    }
+    fputc('\'', f);
+}
+
+/* One inline data block per depth: tier, tokens/s, fraction of copy bandwidth. */
+static void gp_data(const memra_bench_report *r, FILE *f)
+{
+    const int graph = r->n_cases && r->cases[0].graph;
+    for (uint32_t d = 0; d < r->opts.n_depths; d++) {
+        fprintf(f, "$d%u << EOD\n", d);
+        for (uint32_t i = 0; i < r->n_cases; i++) {
+            const memra_bench_case *c = &r->cases[i];
+            if (c->depth == r->opts.depths[d] && c->graph == graph)
+                fprintf(f, "%u %.6g %.6g\n", c->tier, c->tok_s, c->frac_bw);
+        }
+        fprintf(f, "EOD\n");
+    }
+}
+
+static void gp_plot(const memra_bench_report *r, FILE *f, int col)
+{
+    fprintf(f, "plot ");
+    for (uint32_t d = 0; d < r->opts.n_depths; d++)
+        fprintf(f, "%s$d%u using 1:%d with linespoints lw 2 pt 7 title 'depth %u'",
+                d ? ", \\\n     " : "", d, col, r->opts.depths[d]);
+    fprintf(f, "\n");
+}
+
+static int write_script(const memra_bench_report *r, const char *svg, const char *script,
+                        memra_err *err)
+{
+    FILE *f = fopen(script, "w");
+    if (!f)
+        return MEMRA_FAIL(err, MEMRA_ERR_IO, "%s: %s", script, strerror(errno));
+    char title[512], xt[128];
+    snprintf(title, sizeof title, "memra-bench: %s (%s) on %s, %s", r->model_name, r->arch,
+             r->device, r->n_cases && r->cases[0].graph ? "graph replay" : "eager");
+    list_str(r->opts.tiers, r->opts.n_tiers, xt, sizeof xt);
+    fprintf(f, "# memra-bench plot: run `gnuplot THIS_FILE` (svg terminal, no display needed)\n");
+    fprintf(f, "set terminal svg size 1200,480 dynamic enhanced font 'sans,11' background rgb 'white'\n");
+    fprintf(f, "set output ");
+    gp_str(f, svg);
+    fprintf(f, "\nset multiplot layout 1,2 title ");
+    gp_str(f, title);
+    fprintf(f, " noenhanced\n");
+    gp_data(r, f);
+    fprintf(f, "set logscale x 2\nset xtics (%s)\nset grid\nset key top left\n", xt);
+    fprintf(f, "set xlabel 'batch tier B'\nset ylabel 'tokens/s (all rows)'\nset yrange [0:*]\n");
+    gp_plot(r, f, 2);
+    fprintf(f, "set ylabel 'fraction of copy bandwidth (%.0f GB/s)'\nset yrange [0:1.05]\n",
+            r->copy_gbs);
+    gp_plot(r, f, 3);
+    fprintf(f, "unset multiplot\n");
+    const int bad = ferror(f);
+    if (fclose(f) != 0 || bad)
+        return MEMRA_FAIL(err, MEMRA_ERR_IO, "%s: write failed", script);
+    return MEMRA_OK;
+}
+
+int memra_bench_plot(const memra_bench_report *r, const char *svg_path, const char *script_path,
+                     int *rendered, memra_err *err)
+{
+    *rendered = 0;
+    int rc = write_script(r, svg_path, script_path, err);
+    if (rc != MEMRA_OK)
+        return rc;
+    pid_t pid;
+    char *argv[] = {"gnuplot", (char *)script_path, NULL};
+    const int e = posix_spawnp(&pid, "gnuplot", NULL, NULL, argv, environ);
+    if (e == ENOENT)
+        return MEMRA_OK; /* no gnuplot: the script stays for later */
+    if (e != 0)
+        return MEMRA_FAIL(err, MEMRA_ERR_IO, "gnuplot: %s", strerror(e));
+    int status = 0;
+    if (waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        return MEMRA_FAIL(err, MEMRA_ERR_IO, "gnuplot %s failed (status %d)", script_path, status);
+    struct stat st;
+    if (stat(svg_path, &st) != 0 || st.st_size == 0)
+        return MEMRA_FAIL(err, MEMRA_ERR_IO, "gnuplot ran but %s is missing or empty", svg_path);
+    *rendered = 1;
+    return MEMRA_OK;
+}

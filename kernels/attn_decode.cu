@@ -1,0 +1,499 @@
+/*
+ * attn_decode.cu — CUDA attn_decode (contract: kernels/attn_decode.h): flash-decoding of one
+ * token per row over the row's own KV cache, gated by sigmoid(gate), quantized to q8_1.
+ *
+ * Two kernels, one launch each, both capturable and independent of the context length:
+ *  1. attn_split: one CTA (4 warps) per (split s, kv head j, row b). The row's length
+ *     len = positions[b] + 1, read on the device, fixes its split count
+ *     nsplit = clamp(ceil(len / MEMRA_ATTN_SPLIT_KEYS), 1, max_split) and split length
+ *     per = round_up(ceil(len / nsplit), 16); CTAs with s >= nsplit exit at once. The CTA
+ *     handles ALL q heads of kv head j (GQA group, in chunks of HG <= 8 heads), so each K/V
+ *     byte is read once per group. Inside, warp w takes key batches w, w + 4, ... of
+ *     KPW * U keys; a key is read by LPK = head_dim / (8 * VPL) lanes with 16-byte loads
+ *     (f16: 8 halves; q8_0: 8 codes + the block scale), each lane holding its 8 * VPL dims
+ *     of q and of the output accumulator in registers. Scores: per-lane partial dot
+ *     (explicit fmaf, increasing dim), then the xor butterfly over the LPK lanes, times
+ *     scale. Online softmax per batch of U keys: m' = max(m, batch max),
+ *     c = expf(m - m'), l = l c + sum p, o = o c + sum p v (fmaf, increasing key). Key
+ *     subsets are then merged in a fixed order: lane subgroups by butterfly (symmetric
+ *     formula, so both partners hold the same bits), warps 0..3 in order. The partial
+ *     (o unnormalised, m, l) goes to scratch [b][i][s][head_dim + 2]; an empty split writes
+ *     l = 0. head_dim not in {64, 128, 256, 512} uses a scalar kernel of the same structure
+ *     (one key per warp, dims strided over lanes, one head at a time).
+ *  2. attn_combine: one warp per q8_1 output block; each lane merges its element's partials
+ *     in increasing s (M = max m_s, L = sum l_s e^{m_s - M}, O = sum o_s e^{m_s - M}),
+ *     then out = O * (1 / L) * sigmoid(gate) and the shared warp quantizer. Launched with
+ *     PDL, so its launch overlaps the split kernel's tail.
+ * Row b reads only row b's q, gate, positions and cache; the float order depends only on
+ * (len, max_split, head_dim, geometry), never on b. It differs from the CPU reference's
+ * (two sequential passes) in summation order: see tests/gpu/test_ops_gpu.c for the bound.
+ * A row whose position is outside [0, n_ctx), or whose cache bases are not 16-byte
+ * aligned, yields a zero output row (never a fault).
+ */
+#include <cuda_fp16.h>
+
+#include "cuda_common.cuh"
+#include "cuda_ops.h"
+
+namespace {
+
+constexpr int kWarps = 4;
+
+struct attn_geom {
+    int group;  /* n_head / n_head_kv */
+    int pstride; /* head_dim + 2: floats per partial */
+    u64 hb;     /* bytes of one (position, kv head) cache entry */
+};
+
+/* The row's length when it is attended, else 0 (zero output row). */
+__device__ __forceinline__ int row_len(const memra_attn_decode_args &a, int b)
+{
+    const int p = a.positions[b];
+    if (p < 0 || p >= a.n_ctx || ((a.k_cache[b] | a.v_cache[b]) & 15u) != 0)
+        return 0;
+    return p + 1;
+}
+
+__device__ __forceinline__ int row_nsplit(int len, int max_split)
+{
+    const int n = (len + MEMRA_ATTN_SPLIT_KEYS - 1) / MEMRA_ATTN_SPLIT_KEYS;
+    return n < 1 ? 1 : (n > max_split ? max_split : n);
+}
+
+__device__ __forceinline__ int split_keys(int len, int nsplit)
+{
+    return (((len + nsplit - 1) / nsplit) + 15) & ~15;
+}
+
+__device__ __forceinline__ float *partial(const memra_attn_decode_args &a, const attn_geom &g,
+                                          int b, int i, int s)
+{
+    return a.scratch + (((size_t)b * (size_t)a.n_head + (size_t)i) * (size_t)a.max_split + (size_t)s) *
+                           (size_t)g.pstride;
+}
+
+/* exp(m - M) as a merge weight: 0 for an empty accumulator (m = -inf). */
+__device__ __forceinline__ float merge_w(float m, float M) { return m == -INFINITY ? 0.0f : expf(m - M); }
+
+/* ---------------------------------- cache entries ------------------------------------ */
+
+/* 8 consecutive dims of one cache entry, raw, and their f32 values. */
+template <int KV> struct kv8;
+
+template <> struct kv8<MEMRA_QT_F16> {
+    uint4 r;
+    __device__ __forceinline__ void load(const u8 *entry, int d0) { r = __ldg((const uint4 *)(entry + 2 * d0)); }
+    __device__ __forceinline__ void zero() { r = make_uint4(0, 0, 0, 0); }
+    __device__ __forceinline__ void to_f32(float *f) const
+    {
+        const u32 w[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+        for (int c = 0; c < 4; c++) {
+            const float2 v = __half22float2(*(const __half2 *)&w[c]);
+            f[2 * c] = v.x;
+            f[2 * c + 1] = v.y;
+        }
+    }
+};
+
+/* q8_0: dims d0..d0+7 lie in block d0 / 32 (34 bytes: fp16 d, 32 int8); value = q * d as
+ * quant.c deq_q8_0. The block is only 2-byte aligned, so 2-byte loads. */
+template <> struct kv8<MEMRA_QT_Q8_0> {
+    u32 lo, hi, d;
+    __device__ __forceinline__ void load(const u8 *entry, int d0)
+    {
+        const u8 *blk = entry + 34 * (d0 / 32);
+        const u16 *q = (const u16 *)(blk + 2 + d0 % 32);
+        d = __ldg((const u16 *)blk);
+        lo = (u32)__ldg(q) | ((u32)__ldg(q + 1) << 16);
+        hi = (u32)__ldg(q + 2) | ((u32)__ldg(q + 3) << 16);
+    }
+    __device__ __forceinline__ void zero() { lo = hi = d = 0; }
+    __device__ __forceinline__ void to_f32(float *f) const
+    {
+        const float s = f16_to_f32((u16)d);
+#pragma unroll
+        for (int c = 0; c < 4; c++) {
+            f[c] = __fmul_rn(i2f((i32)(i8)(lo >> (8 * c))), s);
+            f[4 + c] = __fmul_rn(i2f((i32)(i8)(hi >> (8 * c))), s);
+        }
+    }
+};
+
+/* -------------------------------- split kernel (fast) -------------------------------- */
+
+template <int DH, int HG> struct split_cfg {
+    static constexpr int VPL = DH > 256 ? DH / 256 : 1; /* 8-dim vectors per lane per key */
+    static constexpr int LPK = DH / (8 * VPL);          /* lanes per key: 8, 16 or 32 */
+    static constexpr int KPW = 32 / LPK;                /* keys per warp step */
+    static constexpr int NE = 8 * VPL;                  /* dims per lane */
+    static constexpr int U = HG >= 8 ? 2 : 4;           /* warp steps per batch */
+};
+
+/* Merges accumulator (m2, l2, o2) into (m, l, o): symmetric in its two operands. */
+template <int N>
+__device__ __forceinline__ void merge_acc(float &m, float &l, float *o, float m2, float l2, const float *o2)
+{
+    const float M = fmaxf(m, m2), w1 = merge_w(m, M), w2 = merge_w(m2, M);
+    l = __fadd_rn(__fmul_rn(l, w1), __fmul_rn(l2, w2));
+#pragma unroll
+    for (int e = 0; e < N; e++)
+        o[e] = __fadd_rn(__fmul_rn(o[e], w1), __fmul_rn(o2[e], w2));
+    m = M;
+}
+
+/* One warp's pass over its key batches of [t0, t1) for heads g0.. of the group: the
+ * online-softmax state (m, l, o) of this lane's subgroup. */
+template <int DH, int HG, int KV>
+__device__ __forceinline__ void split_scan(const memra_attn_decode_args &a, const attn_geom &g,
+                                           const u8 *kb, const u8 *vb, u64 tstride, int t0, int t1,
+                                           const float (&q)[HG][split_cfg<DH, HG>::NE], float (&m)[HG],
+                                           float (&l)[HG], float (&o)[HG][split_cfg<DH, HG>::NE])
+{
+    using C = split_cfg<DH, HG>;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, sub = lane / C::LPK, sl = lane % C::LPK;
+    for (int base = t0 + warp * C::KPW * C::U; base < t1; base += kWarps * C::KPW * C::U) {
+        kv8<KV> kr[C::U][C::VPL], vr[C::U][C::VPL];
+        bool ok[C::U];
+#pragma unroll
+        for (int u = 0; u < C::U; u++) {
+            const int t = base + u * C::KPW + sub;
+            ok[u] = t < t1;
+#pragma unroll
+            for (int v = 0; v < C::VPL; v++) {
+                if (ok[u]) {
+                    kr[u][v].load(kb + (u64)t * tstride, 8 * (sl + C::LPK * v));
+                    vr[u][v].load(vb + (u64)t * tstride, 8 * (sl + C::LPK * v));
+                } else {
+                    kr[u][v].zero();
+                    vr[u][v].zero();
+                }
+            }
+        }
+        float sc[C::U][HG];
+#pragma unroll
+        for (int u = 0; u < C::U; u++) {
+            float kf[C::NE];
+#pragma unroll
+            for (int v = 0; v < C::VPL; v++)
+                kr[u][v].to_f32(kf + 8 * v);
+#pragma unroll
+            for (int h = 0; h < HG; h++) {
+                float acc = 0.0f;
+#pragma unroll
+                for (int e = 0; e < C::NE; e++)
+                    acc = fmaf(q[h][e], kf[e], acc);
+                sc[u][h] = acc;
+            }
+        }
+#pragma unroll
+        for (int off = C::LPK / 2; off >= 1; off >>= 1)
+#pragma unroll
+            for (int u = 0; u < C::U; u++)
+#pragma unroll
+                for (int h = 0; h < HG; h++)
+                    sc[u][h] = __fadd_rn(sc[u][h], __shfl_xor_sync(FULL_MASK, sc[u][h], off));
+        float pr[C::U][HG];
+#pragma unroll
+        for (int h = 0; h < HG; h++) {
+            float mb = -INFINITY;
+#pragma unroll
+            for (int u = 0; u < C::U; u++) {
+                sc[u][h] = ok[u] ? __fmul_rn(sc[u][h], a.scale) : -INFINITY;
+                mb = fmaxf(mb, sc[u][h]);
+            }
+            const float mn = fmaxf(m[h], mb), corr = merge_w(m[h], mn);
+            float ls = 0.0f;
+#pragma unroll
+            for (int u = 0; u < C::U; u++) {
+                pr[u][h] = ok[u] ? expf(sc[u][h] - mn) : 0.0f;
+                ls = __fadd_rn(ls, pr[u][h]);
+            }
+            l[h] = __fadd_rn(__fmul_rn(l[h], corr), ls);
+            m[h] = mn;
+#pragma unroll
+            for (int e = 0; e < C::NE; e++)
+                o[h][e] = __fmul_rn(o[h][e], corr);
+        }
+#pragma unroll
+        for (int u = 0; u < C::U; u++) {
+            float vf[C::NE];
+#pragma unroll
+            for (int v = 0; v < C::VPL; v++)
+                vr[u][v].to_f32(vf + 8 * v);
+#pragma unroll
+            for (int h = 0; h < HG; h++)
+#pragma unroll
+                for (int e = 0; e < C::NE; e++)
+                    o[h][e] = fmaf(pr[u][h], vf[e], o[h][e]);
+        }
+    }
+}
+
+template <int DH, int HG, int KV>
+__global__ void __launch_bounds__(kWarps * 32) attn_split_fast(memra_attn_decode_args a, attn_geom g)
+{
+    using C = split_cfg<DH, HG>;
+    __shared__ float sm_o[kWarps][HG][DH];
+    __shared__ float sm_m[kWarps][HG], sm_l[kWarps][HG];
+    const int s = blockIdx.x, j = blockIdx.y, b = blockIdx.z;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, sub = lane / C::LPK, sl = lane % C::LPK;
+    pdl_wait();
+    const int len = row_len(a, b);
+    const int nsplit = len ? row_nsplit(len, a.max_split) : 0;
+    if (s >= nsplit) {
+        pdl_launch_dependents();
+        return;
+    }
+    const int per = split_keys(len, nsplit), t0 = s * per, t1 = min(len, t0 + per);
+    const u64 tstride = (u64)a.n_head_kv * g.hb;
+    const u8 *kb = (const u8 *)(uintptr_t)a.k_cache[b] + (u64)j * g.hb;
+    const u8 *vb = (const u8 *)(uintptr_t)a.v_cache[b] + (u64)j * g.hb;
+    for (int g0 = 0; g0 < g.group; g0 += HG) {
+        float q[HG][C::NE], m[HG], l[HG], o[HG][C::NE];
+#pragma unroll
+        for (int h = 0; h < HG; h++) {
+            const int i = j * g.group + g0 + h;
+            const float *qi = a.q + ((size_t)b * (size_t)a.n_head + (size_t)i) * DH;
+            m[h] = -INFINITY;
+            l[h] = 0.0f;
+#pragma unroll
+            for (int e = 0; e < C::NE; e++) {
+                q[h][e] = g0 + h < g.group ? qi[8 * (sl + C::LPK * (e / 8)) + e % 8] : 0.0f;
+                o[h][e] = 0.0f;
+            }
+        }
+        split_scan<DH, HG, KV>(a, g, kb, vb, tstride, t0, t1, q, m, l, o);
+#pragma unroll
+        for (int off = C::LPK; off < 32; off <<= 1)
+#pragma unroll
+            for (int h = 0; h < HG; h++) {
+                float o2[C::NE];
+#pragma unroll
+                for (int e = 0; e < C::NE; e++)
+                    o2[e] = __shfl_xor_sync(FULL_MASK, o[h][e], off);
+                const float m2 = __shfl_xor_sync(FULL_MASK, m[h], off);
+                const float l2 = __shfl_xor_sync(FULL_MASK, l[h], off);
+                merge_acc<C::NE>(m[h], l[h], o[h], m2, l2, o2);
+            }
+        if (sub == 0) {
+#pragma unroll
+            for (int h = 0; h < HG; h++) {
+#pragma unroll
+                for (int e = 0; e < C::NE; e++)
+                    sm_o[warp][h][8 * (sl + C::LPK * (e / 8)) + e % 8] = o[h][e];
+                if (sl == 0) {
+                    sm_m[warp][h] = m[h];
+                    sm_l[warp][h] = l[h];
+                }
+            }
+        }
+        __syncthreads();
+        for (int idx = threadIdx.x; idx < HG * DH; idx += kWarps * 32) {
+            const int h = idx / DH, d = idx % DH;
+            if (g0 + h >= g.group)
+                continue;
+            float M = -INFINITY, L = 0.0f, O = 0.0f;
+            for (int w = 0; w < kWarps; w++)
+                M = fmaxf(M, sm_m[w][h]);
+            for (int w = 0; w < kWarps; w++) {
+                const float wt = merge_w(sm_m[w][h], M);
+                L = __fadd_rn(L, __fmul_rn(sm_l[w][h], wt));
+                O = __fadd_rn(O, __fmul_rn(sm_o[w][h][d], wt));
+            }
+            float *part = partial(a, g, b, j * g.group + g0 + h, s);
+            part[d] = O;
+            if (d == 0) {
+                part[DH] = M;
+                part[DH + 1] = L;
+            }
+        }
+        __syncthreads();
+    }
+    pdl_launch_dependents();
+}
+
+/* ------------------------------ split kernel (generic) ------------------------------- */
+
+/* Element d of a cache entry as f32 (scalar loads; any head_dim). */
+template <int KV> __device__ __forceinline__ float kv_elem(const u8 *entry, int d)
+{
+    if (KV == MEMRA_QT_F16)
+        return f16_to_f32(__ldg((const u16 *)entry + d));
+    const u8 *blk = entry + 34 * (d / 32);
+    return __fmul_rn(i2f((i32)(i8)__ldg(blk + 2 + d % 32)), f16_to_f32(__ldg((const u16 *)blk)));
+}
+
+constexpr int kGenDims = MEMRA_ATTN_MAX_HEAD_DIM / 32; /* dims per lane */
+
+template <int KV>
+__global__ void __launch_bounds__(kWarps * 32) attn_split_generic(memra_attn_decode_args a, attn_geom g)
+{
+    __shared__ float sm_o[kWarps][MEMRA_ATTN_MAX_HEAD_DIM];
+    __shared__ float sm_m[kWarps], sm_l[kWarps];
+    const int s = blockIdx.x, j = blockIdx.y, b = blockIdx.z, dh = a.head_dim;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    pdl_wait();
+    const int len = row_len(a, b);
+    const int nsplit = len ? row_nsplit(len, a.max_split) : 0;
+    if (s >= nsplit) {
+        pdl_launch_dependents();
+        return;
+    }
+    const int per = split_keys(len, nsplit), t0 = s * per, t1 = min(len, t0 + per);
+    const u64 tstride = (u64)a.n_head_kv * g.hb;
+    const u8 *kb = (const u8 *)(uintptr_t)a.k_cache[b] + (u64)j * g.hb;
+    const u8 *vb = (const u8 *)(uintptr_t)a.v_cache[b] + (u64)j * g.hb;
+    for (int h = 0; h < g.group; h++) {
+        const int i = j * g.group + h;
+        const float *qi = a.q + ((size_t)b * (size_t)a.n_head + (size_t)i) * (size_t)dh;
+        float q[kGenDims], o[kGenDims], m = -INFINITY, l = 0.0f;
+#pragma unroll
+        for (int e = 0; e < kGenDims; e++) {
+            q[e] = lane + 32 * e < dh ? qi[lane + 32 * e] : 0.0f;
+            o[e] = 0.0f;
+        }
+        for (int t = t0 + warp; t < t1; t += kWarps) {
+            const u8 *ke = kb + (u64)t * tstride, *ve = vb + (u64)t * tstride;
+            float acc = 0.0f;
+#pragma unroll
+            for (int e = 0; e < kGenDims; e++)
+                if (lane + 32 * e < dh)
+                    acc = fmaf(q[e], kv_elem<KV>(ke, lane + 32 * e), acc);
+            const float sc = __fmul_rn(warp_sum_f32(acc), a.scale);
+            const float mn = fmaxf(m, sc), corr = merge_w(m, mn), p = expf(sc - mn);
+            l = __fadd_rn(__fmul_rn(l, corr), p);
+            m = mn;
+#pragma unroll
+            for (int e = 0; e < kGenDims; e++)
+                if (lane + 32 * e < dh)
+                    o[e] = fmaf(p, kv_elem<KV>(ve, lane + 32 * e), __fmul_rn(o[e], corr));
+        }
+#pragma unroll
+        for (int e = 0; e < kGenDims; e++)
+            if (lane + 32 * e < dh)
+                sm_o[warp][lane + 32 * e] = o[e];
+        if (lane == 0) {
+            sm_m[warp] = m;
+            sm_l[warp] = l;
+        }
+        __syncthreads();
+        float *part = partial(a, g, b, i, s);
+        for (int d = threadIdx.x; d < dh; d += kWarps * 32) {
+            float M = -INFINITY, L = 0.0f, O = 0.0f;
+            for (int w = 0; w < kWarps; w++)
+                M = fmaxf(M, sm_m[w]);
+            for (int w = 0; w < kWarps; w++) {
+                const float wt = merge_w(sm_m[w], M);
+                L = __fadd_rn(L, __fmul_rn(sm_l[w], wt));
+                O = __fadd_rn(O, __fmul_rn(sm_o[w][d], wt));
+            }
+            part[d] = O;
+            if (d == 0) {
+                part[dh] = M;
+                part[dh + 1] = L;
+            }
+        }
+        __syncthreads();
+    }
+    pdl_launch_dependents();
+}
+
+/* ---------------------------------- combine kernel ----------------------------------- */
+
+constexpr int kCombineWarps = 8;
+
+__global__ void __launch_bounds__(kCombineWarps * 32) attn_combine(memra_attn_decode_args a, attn_geom g)
+{
+    const int b = blockIdx.y, lane = threadIdx.x & 31, dh = a.head_dim;
+    const int nblk = a.n_head * dh / 32, blk = blockIdx.x * kCombineWarps + (threadIdx.x >> 5);
+    pdl_wait();
+    if (blk < nblk) {
+        const int e = 32 * blk + lane, i = e / dh, d = e % dh;
+        const int len = row_len(a, b);
+        float out = 0.0f;
+        if (len) {
+            const int nsplit = row_nsplit(len, a.max_split);
+            const float *p0 = partial(a, g, b, i, 0);
+            float M = -INFINITY;
+            for (int s = 0; s < nsplit; s++)
+                if (p0[(size_t)s * g.pstride + dh + 1] != 0.0f) /* l = 0: empty split */
+                    M = fmaxf(M, p0[(size_t)s * g.pstride + dh]);
+            float L = 0.0f, O = 0.0f;
+            for (int s = 0; s < nsplit; s++) {
+                const float *ps = p0 + (size_t)s * g.pstride;
+                if (ps[dh + 1] == 0.0f)
+                    continue;
+                const float w = expf(ps[dh] - M);
+                L = __fadd_rn(L, __fmul_rn(ps[dh + 1], w));
+                O = __fadd_rn(O, __fmul_rn(ps[d], w));
+            }
+            const float gate = a.qg[(size_t)b * (size_t)(2 * a.n_head * dh) + (size_t)(2 * i * dh + dh + d)];
+            out = __fmul_rn(__fmul_rn(O, 1.0f / L), dev_sigmoid(gate));
+        }
+        q8_1_quantize_warp(out, lane, (u8 *)a.y_q + ((size_t)b * (size_t)nblk + (size_t)blk) * Q8_1_BYTES);
+        if (a.o)
+            a.o[(size_t)b * (size_t)(a.n_head * dh) + (size_t)e] = out;
+    }
+    pdl_launch_dependents();
+}
+
+/* ------------------------------------- launch ---------------------------------------- */
+
+template <int DH, int KV>
+cudaError_t launch_fast(const memra_attn_decode_args *a, const attn_geom &g, dim3 grid, cudaStream_t s)
+{
+    const dim3 blk(kWarps * 32);
+    const int G = g.group;
+    if (G <= 1)
+        return cuda_ops_launch(attn_split_fast<DH, 1, KV>, grid, blk, 0, s, 1, *a, g);
+    if (G <= 2)
+        return cuda_ops_launch(attn_split_fast<DH, 2, KV>, grid, blk, 0, s, 1, *a, g);
+    if (G <= 4 || DH > 256)
+        return cuda_ops_launch(attn_split_fast<DH, 4, KV>, grid, blk, 0, s, 1, *a, g);
+    return cuda_ops_launch(attn_split_fast<DH, (DH > 256 ? 4 : 8), KV>, grid, blk, 0, s, 1, *a, g);
+}
+
+template <int KV>
+cudaError_t launch_split(const memra_attn_decode_args *a, const attn_geom &g, cudaStream_t s)
+{
+    const dim3 grid(a->max_split, a->n_head_kv, a->b);
+    switch (a->head_dim) {
+    case 64:
+        return launch_fast<64, KV>(a, g, grid, s);
+    case 128:
+        return launch_fast<128, KV>(a, g, grid, s);
+    case 256:
+        return launch_fast<256, KV>(a, g, grid, s);
+    case 512:
+        return launch_fast<512, KV>(a, g, grid, s);
+    default:
+        return cuda_ops_launch(attn_split_generic<KV>, grid, dim3(kWarps * 32), 0, s, 1, *a, g);
+    }
+}
+
+} /* namespace */
+
+extern "C" int memra_attn_decode_cuda(const memra_attn_decode_args *a, cudaStream_t s)
+{
+    if (!a)
+        return cuda_ops_invalid("attn_decode: null args");
+    const char *why = memra_attn_decode_check(a);
+    if (why)
+        return cuda_ops_invalid(why);
+    if (!a->scratch)
+        return cuda_ops_invalid("attn_decode: the CUDA kernel needs scratch [b, n_head, max_split, head_dim + 2]");
+    if (a->b > 65535 || a->n_head_kv > 65535)
+        return cuda_ops_invalid("attn_decode: b or n_head_kv exceeds the grid limit 65535");
+    attn_geom g;
+    g.group = a->n_head / a->n_head_kv;
+    g.pstride = a->head_dim + 2;
+    g.hb = memra_kv_head_bytes(a->kv_type, a->head_dim);
+    cudaError_t e = a->kv_type == MEMRA_QT_F16 ? launch_split<MEMRA_QT_F16>(a, g, s)
+                                                : launch_split<MEMRA_QT_Q8_0>(a, g, s);
+    if (e != cudaSuccess)
+        return cuda_ops_result(e);
+    const int nblk = a->n_head * a->head_dim / 32;
+    return cuda_ops_result(cuda_ops_launch(attn_combine, dim3(cdiv_u(nblk, kCombineWarps), a->b),
+                                           dim3(kCombineWarps * 32), 0, s, 1, *a, g));
+}

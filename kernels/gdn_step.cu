@@ -1,0 +1,320 @@
+/*
+ * gdn_step.cu — CUDA gdn_step (contract: kernels/gdn_step.h): one Gated DeltaNet decode token
+ * per row: causal conv step + silu, L2 norms, decay / beta, the delta rule on the S^T state,
+ * gated RMSNorm with silu(z), q8_1 output.
+ *
+ * Fast kernel (head_k_dim 128 or 256, head_v_dim % 32 == 0, Hv / Hk <= 8): one CTA of 4 warps
+ * per (value head h, row b). The value heads that share key head a form one thread-block
+ * cluster: each CTA recomputes q_a, k_a from the OLD conv state, the cluster barrier then
+ * guarantees every reader is done before the cluster's first CTA shifts those channels (a
+ * CTA's own v channels are shifted by the thread that read them). The state S_h^T is
+ * [head_v_dim rows j][head_k_dim] f32; a warp owns 32 rows, loads them with coalesced 16-byte
+ * loads (lane l holds dims 4l..4l+3 (+128)), all in flight at once, and per row computes
+ *   s *= lambda;  r = sum_i s_i k_i;  delta = beta (v_j - r);  s += k delta;  o_j = sum_i s_i q_i
+ * with each sum a per-lane partial (increasing i) followed by the xor butterfly (every lane
+ * gets the same bits). Rows are written back in place. Lane l of the warp keeps o_j for
+ * j = 32 * group + l, so the gated norm's 32 values of a q8_1 block are one warp's.
+ * Generic kernel (every other shape): one CTA per row walks the value heads in order with
+ * one thread per state row and the reference's sequential loops, stages the row's output
+ * (Cv floats, <= kGenericMaxCv) in shared memory and quantizes it at the end (q8_1 blocks
+ * may straddle heads there), then shifts the conv state.
+ * Float order: identical to the reference except the fast kernel's butterfly sums and every
+ * f64 norm sum (same terms, other order); expf / log1pf are CUDA's (within 2 ulp of glibc).
+ * Must not: let a row touch another row's state, or shift a conv channel another CTA still
+ * has to read.
+ */
+#include <cooperative_groups.h>
+
+#include "cuda_common.cuh"
+#include "cuda_ops.h"
+
+namespace cg = cooperative_groups;
+
+namespace {
+
+constexpr int kFastWarps = 4;
+constexpr int kGenericThreads = 256;
+constexpr int kGenericMaxCv = 40960; /* 160 KiB of staged output row */
+
+struct gdn_geom {
+    int ck;    /* Hk * dk */
+    int cc;    /* conv channels 2 * Ck + Cv */
+    int cv;    /* Hv * dv */
+    int r;     /* Hv / Hk: value heads per key head (cluster size of the fast kernel) */
+    float q_scale; /* 1 / sqrtf(dk) */
+};
+
+/* silu(causal conv) of channel c of row b (gdn_step.c conv_silu; OLD state). */
+__device__ __forceinline__ float conv_silu(const memra_gdn_step_args &a, const gdn_geom &g, int b, int c)
+{
+    const int K = a.conv_k;
+    const float *w = a.conv_w + (size_t)c * (size_t)K; /* [K], tap K-1 = newest */
+    const float *win = (const float *)(uintptr_t)a.conv_state[b] + (size_t)c * (size_t)(K - 1);
+    float acc = 0.0f;
+    for (int j = 0; j < K - 1; j++)
+        acc = __fadd_rn(acc, __fmul_rn(w[j], win[j]));
+    acc = __fadd_rn(acc, __fmul_rn(w[K - 1], a.qkv[(size_t)b * (size_t)g.cc + (size_t)c]));
+    return dev_silu(acc);
+}
+
+/* C(c, .) <- [C(c, 1..K-2), qkv[b, c]] (gdn_step.c conv_shift). */
+__device__ __forceinline__ void conv_shift(const memra_gdn_step_args &a, const gdn_geom &g, int b, int c)
+{
+    const int K = a.conv_k;
+    float *win = (float *)(uintptr_t)a.conv_state[b] + (size_t)c * (size_t)(K - 1);
+    for (int j = 0; j < K - 2; j++)
+        win[j] = win[j + 1];
+    win[K - 2] = a.qkv[(size_t)b * (size_t)g.cc + (size_t)c];
+}
+
+/* x[n] <- x * (1 / fmaxf(||x||, eps)) (* extra when extra != 1): kref_l2_norm, then the
+ * q scaling as a separate multiply (gdn_step.c). */
+__device__ void l2_norm_smem(float *x, int n, float eps, float extra, double *red)
+{
+    double ss = 0.0;
+    for (int i = threadIdx.x; i < n; i += blockDim.x)
+        ss += (double)x[i] * (double)x[i];
+    ss = block_sum_f64(ss, red);
+    const float scale = 1.0f / fmaxf((float)sqrt(ss), eps);
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        const float y = __fmul_rn(x[i], scale);
+        x[i] = extra == 1.0f ? y : __fmul_rn(y, extra);
+    }
+    __syncthreads();
+}
+
+/* Key head of value head h. */
+__device__ __forceinline__ int key_head(const memra_gdn_step_args &a, const gdn_geom &g, int h)
+{
+    return a.head_map == MEMRA_GDN_HEADS_TILED ? h % a.n_k_head : h / g.r;
+}
+
+/* ----------------------------------- fast kernel ------------------------------------- */
+
+/* The delta rule on one warp's 32 rows [j0, j0 + 32) of S_h^T (DK = 128 * VEC), ROWS rows
+ * per step (all their loads in flight together: 8 KiB per warp); returns o_{j0 + lane}. */
+template <int VEC>
+__device__ float delta_rows(float *St, int j0, const float (&k)[VEC][4], const float (&q)[VEC][4],
+                            const float *uv, float lambda, float beta)
+{
+    constexpr int DK = 128 * VEC, ROWS = 16 / VEC;
+    const int lane = threadIdx.x & 31;
+    float my_o = 0.0f;
+#pragma unroll
+    for (int step = 0; step < 32 / ROWS; step++) {
+        const int jb = j0 + step * ROWS;
+        float4 s[ROWS][VEC];
+#pragma unroll
+        for (int rr = 0; rr < ROWS; rr++)
+#pragma unroll
+            for (int v = 0; v < VEC; v++)
+                s[rr][v] = *(const float4 *)(St + (size_t)(jb + rr) * DK + 4 * lane + 128 * v);
+        float r[ROWS];
+#pragma unroll
+        for (int rr = 0; rr < ROWS; rr++) {
+            float acc = 0.0f;
+#pragma unroll
+            for (int v = 0; v < VEC; v++) {
+                float *e = &s[rr][v].x;
+#pragma unroll
+                for (int c = 0; c < 4; c++) {
+                    e[c] = __fmul_rn(e[c], lambda);
+                    acc = __fadd_rn(acc, __fmul_rn(e[c], k[v][c]));
+                }
+            }
+            r[rr] = acc;
+        }
+#pragma unroll
+        for (int o = 16; o >= 1; o >>= 1)
+#pragma unroll
+            for (int rr = 0; rr < ROWS; rr++)
+                r[rr] = __fadd_rn(r[rr], __shfl_xor_sync(FULL_MASK, r[rr], o));
+        float po[ROWS];
+#pragma unroll
+        for (int rr = 0; rr < ROWS; rr++) {
+            const float delta = __fmul_rn(beta, __fsub_rn(uv[jb + rr], r[rr]));
+            float acc = 0.0f;
+#pragma unroll
+            for (int v = 0; v < VEC; v++) {
+                float *e = &s[rr][v].x;
+#pragma unroll
+                for (int c = 0; c < 4; c++) {
+                    e[c] = __fadd_rn(e[c], __fmul_rn(k[v][c], delta));
+                    acc = __fadd_rn(acc, __fmul_rn(e[c], q[v][c]));
+                }
+                *(float4 *)(St + (size_t)(jb + rr) * DK + 4 * lane + 128 * v) = s[rr][v];
+            }
+            po[rr] = acc;
+        }
+#pragma unroll
+        for (int o = 16; o >= 1; o >>= 1)
+#pragma unroll
+            for (int rr = 0; rr < ROWS; rr++)
+                po[rr] = __fadd_rn(po[rr], __shfl_xor_sync(FULL_MASK, po[rr], o));
+#pragma unroll
+        for (int rr = 0; rr < ROWS; rr++)
+            if (lane == step * ROWS + rr)
+                my_o = po[rr];
+    }
+    return my_o;
+}
+
+template <int VEC>
+__global__ void __launch_bounds__(kFastWarps * 32) gdn_step_fast(memra_gdn_step_args a, gdn_geom g)
+{
+    constexpr int DK = 128 * VEC;
+    __shared__ float uq[DK], uk[DK], uv[MEMRA_GDN_MAX_HEAD_DIM], so[MEMRA_GDN_MAX_HEAD_DIM];
+    __shared__ double red[33];
+    const int ka = blockIdx.x / g.r, mi = blockIdx.x % g.r, b = blockIdx.y, dv = a.head_v_dim;
+    const int h = a.head_map == MEMRA_GDN_HEADS_TILED ? ka + mi * a.n_k_head : ka * g.r + mi;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    pdl_wait();
+    /* conv + silu of q_a, k_a, v_h from the old state; v_h's channels are this CTA's only */
+    for (int ci = threadIdx.x; ci < 2 * DK + dv; ci += blockDim.x) {
+        if (ci < DK) {
+            uq[ci] = conv_silu(a, g, b, ka * DK + ci);
+        } else if (ci < 2 * DK) {
+            uk[ci - DK] = conv_silu(a, g, b, g.ck + ka * DK + ci - DK);
+        } else {
+            const int c = 2 * g.ck + h * dv + ci - 2 * DK;
+            uv[ci - 2 * DK] = conv_silu(a, g, b, c);
+            conv_shift(a, g, b, c);
+        }
+    }
+    __syncthreads();
+    if (g.r > 1)
+        cg::this_cluster().sync(); /* every CTA of key head a has read q_a, k_a's old state */
+    if (mi == 0)
+        for (int ci = threadIdx.x; ci < 2 * DK; ci += blockDim.x)
+            conv_shift(a, g, b, ci < DK ? ka * DK + ci : g.ck + ka * DK + ci - DK);
+    l2_norm_smem(uq, DK, a.eps, g.q_scale, red);
+    l2_norm_smem(uk, DK, a.eps, 1.0f, red);
+    const size_t bh = (size_t)b * (size_t)a.n_v_head + (size_t)h;
+    const float beta = dev_sigmoid(a.beta[bh]);
+    const float lambda = expf(__fmul_rn(a.ssm_a[h], dev_softplus(__fadd_rn(a.alpha[bh], a.dt_bias[h]))));
+    float k[VEC][4], q[VEC][4];
+#pragma unroll
+    for (int v = 0; v < VEC; v++)
+#pragma unroll
+        for (int c = 0; c < 4; c++) {
+            k[v][c] = uk[4 * lane + 128 * v + c];
+            q[v][c] = uq[4 * lane + 128 * v + c];
+        }
+    float *St = (float *)(uintptr_t)a.ssm_state[b] + (size_t)h * (size_t)dv * DK;
+    for (int grp = warp; grp < dv / 32; grp += kFastWarps)
+        so[32 * grp + lane] = delta_rows<VEC>(St, 32 * grp, k, q, uv, lambda, beta);
+    __syncthreads();
+    double ss = 0.0;
+    for (int j = threadIdx.x; j < dv; j += blockDim.x)
+        ss += (double)so[j] * (double)so[j];
+    ss = block_sum_f64(ss, red);
+    const float scale = 1.0f / sqrtf((float)(ss / (double)dv) + a.eps);
+    const float *z = a.z + (size_t)b * (size_t)g.cv + (size_t)h * (size_t)dv;
+    for (int grp = warp; grp < dv / 32; grp += kFastWarps) {
+        const int j = 32 * grp + lane;
+        const float y = __fmul_rn(__fmul_rn(a.norm_w[j], __fmul_rn(so[j], scale)), dev_silu(z[j]));
+        const size_t blk = (size_t)b * (size_t)(g.cv / 32) + (size_t)(h * dv + 32 * grp) / 32;
+        q8_1_quantize_warp(y, lane, (u8 *)a.y_q + blk * Q8_1_BYTES);
+        if (a.o)
+            a.o[(size_t)b * (size_t)g.cv + (size_t)(h * dv + j)] = y;
+    }
+    pdl_launch_dependents();
+}
+
+/* ---------------------------------- generic kernel ----------------------------------- */
+
+/* Value head h of row b: state update (one thread per row j, the reference's loops) and the
+ * gated norm, into orow[dv]. */
+__device__ void generic_head(const memra_gdn_step_args &a, const gdn_geom &g, int b, int h,
+                             float *u, float *orow, double *red)
+{
+    const int dk = a.head_k_dim, dv = a.head_v_dim, ka = key_head(a, g, h);
+    float *uq = u, *uk = u + dk, *uv = u + 2 * dk;
+    for (int ci = threadIdx.x; ci < 2 * dk + dv; ci += blockDim.x) {
+        const int c = ci < dk ? ka * dk + ci : ci < 2 * dk ? g.ck + ka * dk + ci - dk : 2 * g.ck + h * dv + ci - 2 * dk;
+        u[ci] = conv_silu(a, g, b, c);
+    }
+    __syncthreads();
+    l2_norm_smem(uq, dk, a.eps, g.q_scale, red);
+    l2_norm_smem(uk, dk, a.eps, 1.0f, red);
+    const size_t bh = (size_t)b * (size_t)a.n_v_head + (size_t)h;
+    const float beta = dev_sigmoid(a.beta[bh]);
+    const float lambda = expf(__fmul_rn(a.ssm_a[h], dev_softplus(__fadd_rn(a.alpha[bh], a.dt_bias[h]))));
+    float *St = (float *)(uintptr_t)a.ssm_state[b] + (size_t)h * (size_t)dv * (size_t)dk;
+    for (int j = threadIdx.x; j < dv; j += blockDim.x) {
+        float *s = St + (size_t)j * (size_t)dk; /* s[i] = S[i, j] */
+        float rr = 0.0f, acc = 0.0f;
+        for (int i = 0; i < dk; i++) {
+            s[i] = __fmul_rn(s[i], lambda);
+            rr = __fadd_rn(rr, __fmul_rn(s[i], uk[i]));
+        }
+        const float delta = __fmul_rn(beta, __fsub_rn(uv[j], rr));
+        for (int i = 0; i < dk; i++) {
+            s[i] = __fadd_rn(s[i], __fmul_rn(uk[i], delta));
+            acc = __fadd_rn(acc, __fmul_rn(s[i], uq[i]));
+        }
+        orow[j] = acc;
+    }
+    __syncthreads();
+    double ss = 0.0;
+    for (int j = threadIdx.x; j < dv; j += blockDim.x)
+        ss += (double)orow[j] * (double)orow[j];
+    ss = block_sum_f64(ss, red);
+    const float scale = 1.0f / sqrtf((float)(ss / (double)dv) + a.eps);
+    const float *z = a.z + (size_t)b * (size_t)g.cv + (size_t)h * (size_t)dv;
+    for (int j = threadIdx.x; j < dv; j += blockDim.x)
+        orow[j] = __fmul_rn(__fmul_rn(a.norm_w[j], __fmul_rn(orow[j], scale)), dev_silu(z[j]));
+    __syncthreads();
+}
+
+__global__ void __launch_bounds__(kGenericThreads) gdn_step_generic(memra_gdn_step_args a, gdn_geom g)
+{
+    extern __shared__ float sh[]; /* [Cv] output row, then [2 dk + dv] conv outputs */
+    __shared__ double red[33];
+    const int b = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    float *orow = sh, *u = sh + g.cv;
+    pdl_wait();
+    for (int h = 0; h < a.n_v_head; h++)
+        generic_head(a, g, b, h, u, orow + (size_t)h * (size_t)a.head_v_dim, red);
+    for (int k = warp; k < g.cv / 32; k += kGenericThreads / 32) {
+        const float y = orow[32 * k + lane];
+        q8_1_quantize_warp(y, lane, (u8 *)a.y_q + ((size_t)b * (size_t)(g.cv / 32) + (size_t)k) * Q8_1_BYTES);
+        if (a.o)
+            a.o[(size_t)b * (size_t)g.cv + (size_t)(32 * k + lane)] = y;
+    }
+    for (int c = threadIdx.x; c < g.cc; c += kGenericThreads) /* every head has read the old state */
+        conv_shift(a, g, b, c);
+    pdl_launch_dependents();
+}
+
+} /* namespace */
+
+extern "C" int memra_gdn_step_cuda(const memra_gdn_step_args *a, cudaStream_t s)
+{
+    if (!a)
+        return cuda_ops_invalid("gdn_step: null args");
+    const char *why = memra_gdn_step_check(a);
+    if (why)
+        return cuda_ops_invalid(why);
+    gdn_geom g;
+    g.ck = a->n_k_head * a->head_k_dim;
+    g.cv = a->n_v_head * a->head_v_dim;
+    g.cc = 2 * g.ck + g.cv;
+    g.r = a->n_v_head / a->n_k_head;
+    g.q_scale = 1.0f / sqrtf((float)a->head_k_dim);
+    if (a->b > 65535)
+        return cuda_ops_invalid("gdn_step: b exceeds the grid limit 65535");
+    const bool fast = (a->head_k_dim == 128 || a->head_k_dim == 256) && a->head_v_dim % 32 == 0 && g.r <= 8;
+    if (fast) {
+        const dim3 grid(a->n_v_head, a->b), blk(kFastWarps * 32);
+        if (a->head_k_dim == 128)
+            return cuda_ops_result(cuda_ops_launch(gdn_step_fast<1>, grid, blk, 0, s, g.r, *a, g));
+        return cuda_ops_result(cuda_ops_launch(gdn_step_fast<2>, grid, blk, 0, s, g.r, *a, g));
+    }
+    if (g.cv > kGenericMaxCv)
+        return cuda_ops_invalid("gdn_step: this shape needs the generic kernel, whose output row "
+                                "(n_v_head * head_v_dim) must be <= 40960");
+    const size_t smem = sizeof(float) * ((size_t)g.cv + 2 * (size_t)a->head_k_dim + (size_t)a->head_v_dim);
+    return cuda_ops_result(
+        cuda_ops_launch(gdn_step_generic, dim3(a->b), dim3(kGenericThreads), smem, s, 1, *a, g));
+}

@@ -1,0 +1,445 @@
+/*
+ * sample.cu — CUDA sample (rule: kernels/sample.h): greedy argmax, or temperature + top-k +
+ * top-p with the Philox draw of runtime/rng.h keyed by the row's (seed, step).
+ *
+ * One thread-block cluster of 8 CTAs (1024 threads each) per row; CTA c owns the slice
+ * [c S, (c + 1) S) of the vocabulary, S = ceil(n_vocab / 8), held in shared memory when
+ * n_vocab <= MEMRA_SAMPLE_SMEM_VOCAB (otherwise logits are re-read from global memory and p
+ * lives in scratch). Cluster-wide values are exchanged through distributed shared memory:
+ * each CTA publishes its part, the cluster barrier, then every CTA reads all 8 parts in
+ * rank order and derives the same result. The steps follow the reference's definitions:
+ *  1. argmax (lowest index on ties, NaN skipped) and the non-NaN count; greedy rows stop.
+ *  2. top-k: t_k = the top_k-th largest order-preserving key, found exactly by a 4-round
+ *     MSB-first radix select (8-bit digits, integer histograms) instead of bisection — the
+ *     same number: the largest t with #{key >= t} >= top_k.
+ *  3. p_i = expf((l_i - l_max) / T) for i in C (else marked -1) — CUDA's expf, within 2 ulp
+ *     of glibc's.
+ *  4. top-p: the largest bit pattern t_p with mass(p >= t_p) >= top_p * Z, by the same radix
+ *     select over the bits of p with per-bin MASSES.
+ *  5. draw: first i in K (increasing id) whose running mass exceeds u * mass(K).
+ * Masses are exact integers: p * 2^100 truncated to a 128-bit fixed-point value (p <= 1, at
+ * most 2^24 terms, so no overflow; terms below 2^-77 vanish, < 2^-53 of Z in total), summed
+ * with shared-memory 64-bit integer atomics (carry propagated), which are associative: the
+ * sums are exact and independent of thread order. The reference sums in f64, so the two can
+ * choose differently only when a boundary mass comparison is within f64 rounding (and where
+ * expf differs by an ulp); the draw target u * mass(K) is computed exactly from the draw's
+ * 24 bits.
+ * Must not: use float atomics, or let a row see another row (each cluster is one row).
+ */
+#include <cooperative_groups.h>
+
+#include "cuda_common.cuh"
+#include "cuda_ops.h"
+#include "rng.h"
+
+namespace cg = cooperative_groups;
+
+namespace {
+
+constexpr int kCluster = 8, kThreads = 1024, kWarps = kThreads / 32;
+typedef unsigned __int128 u128;
+
+struct sample_geom {
+    int slice; /* S: vocabulary entries per CTA */
+    int fits;  /* the slice lives in shared memory */
+};
+
+struct sample_shared {
+    /* published to the cluster */
+    float ex_v;
+    int ex_i, ex_n;
+    unsigned hist_c[2][256];
+    u64 hist_m[2][256][2]; /* 128-bit bins as (lo, hi) */
+    u64 ex_sum[2][2];
+    /* local */
+    unsigned tot_c[256];
+    u128 tot_m[256];
+    float red_v[kWarps];
+    int red_i[kWarps], red_n[kWarps];
+    u128 red_s[kWarps];
+    u32 bc_prefix;
+    int bc_rem;
+    u128 bc_rem_m, bc_above, bc_total;
+};
+
+/* Order-preserving key of a non-NaN float (sample.c fkey). */
+__device__ __forceinline__ u32 fkey(float f)
+{
+    const u32 u = __float_as_uint(f);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+/* p (in [0, 1]) * 2^100, truncated. */
+__device__ __forceinline__ u128 fx(float p)
+{
+    const u32 bits = __float_as_uint(p), E = bits >> 23;
+    const u64 m = (bits & 0x7FFFFFu) | (E ? 0x800000u : 0u);
+    const int sh = (int)(E ? E : 1) - 50;
+    return sh >= 0 ? (u128)m << sh : (u128)(m >> -sh);
+}
+
+__device__ __forceinline__ double u128_to_f64(u128 x)
+{
+    return (double)(u64)(x >> 64) * 18446744073709551616.0 + (double)(u64)x;
+}
+
+/* floor(d) for 0 <= d < 2^127 (exact: the remainder below 2^64 is a double too). */
+__device__ __forceinline__ u128 f64_to_u128(double d)
+{
+    if (d < 18446744073709551616.0)
+        return (u128)(u64)d;
+    const u64 hi = (u64)(d / 18446744073709551616.0);
+    return ((u128)hi << 64) | (u64)(d - (double)hi * 18446744073709551616.0);
+}
+
+__device__ __forceinline__ u128 shfl_xor_u128(u128 v, int o)
+{
+    const u64 lo = __shfl_xor_sync(FULL_MASK, (u64)v, o), hi = __shfl_xor_sync(FULL_MASK, (u64)(v >> 64), o);
+    return ((u128)hi << 64) | lo;
+}
+
+__device__ __forceinline__ u128 shfl_up_u128(u128 v, int o)
+{
+    const u64 lo = __shfl_up_sync(FULL_MASK, (u64)v, o), hi = __shfl_up_sync(FULL_MASK, (u64)(v >> 64), o);
+    return ((u128)hi << 64) | lo;
+}
+
+/* 128-bit add into a shared (lo, hi) bin with two 64-bit integer atomics. */
+__device__ __forceinline__ void atomic_add_u128(u64 *bin, u128 v)
+{
+    const u64 lo = (u64)v, old = atomicAdd((unsigned long long *)bin, (unsigned long long)lo);
+    const u64 hi = (u64)(v >> 64) + (old + lo < old ? 1u : 0u);
+    if (hi)
+        atomicAdd((unsigned long long *)bin + 1, (unsigned long long)hi);
+}
+
+__device__ __forceinline__ u128 bin_u128(const u64 *bin) { return ((u128)bin[1] << 64) | bin[0]; }
+
+/* Block sum of u128 (exact); every thread gets it. */
+__device__ u128 block_sum_u128(u128 v, sample_shared &sm)
+{
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+    for (int o = 16; o >= 1; o >>= 1)
+        v += shfl_xor_u128(v, o);
+    if (lane == 0)
+        sm.red_s[warp] = v;
+    __syncthreads();
+    u128 t = 0;
+    for (int w = 0; w < kWarps; w++)
+        t += sm.red_s[w];
+    __syncthreads();
+    return t;
+}
+
+/* Exclusive prefix of v over thread order (exact). */
+__device__ u128 block_exscan_u128(u128 v, sample_shared &sm)
+{
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    u128 inc = v;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const u128 up = shfl_up_u128(inc, o);
+        if (lane >= o)
+            inc += up;
+    }
+    if (lane == 31)
+        sm.red_s[warp] = inc;
+    __syncthreads();
+    u128 before = 0;
+    for (int w = 0; w < warp; w++)
+        before += sm.red_s[w];
+    __syncthreads();
+    return before + inc - v;
+}
+
+/* a ranks before b in the argmax: larger, lower index on ties; i < 0 = none. */
+__device__ __forceinline__ bool better(float va, int ia, float vb, int ib)
+{
+    return ia >= 0 && (ib < 0 || va > vb || (va == vb && ia < ib));
+}
+
+/* Phase 1: the row's argmax and non-NaN count (every CTA of the cluster gets them). */
+__device__ void row_argmax(const float *lg, float *dyn, int n, int lo, const sample_geom &g,
+                           sample_shared &sm, cg::cluster_group &cl, float &bv, int &bi, int &nok)
+{
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    bv = 0.0f;
+    bi = -1;
+    nok = 0;
+    for (int i = threadIdx.x; i < n; i += kThreads) {
+        const float v = lg[i];
+        if (g.fits)
+            dyn[i] = v;
+        if (!isnan(v)) {
+            nok++;
+            if (bi < 0 || v > bv) {
+                bv = v;
+                bi = lo + i;
+            }
+        }
+    }
+#pragma unroll
+    for (int o = 16; o >= 1; o >>= 1) {
+        const float vo = __shfl_xor_sync(FULL_MASK, bv, o);
+        const int io = __shfl_xor_sync(FULL_MASK, bi, o);
+        nok += __shfl_xor_sync(FULL_MASK, nok, o);
+        if (better(vo, io, bv, bi)) {
+            bv = vo;
+            bi = io;
+        }
+    }
+    if (lane == 0) {
+        sm.red_v[warp] = bv;
+        sm.red_i[warp] = bi;
+        sm.red_n[warp] = nok;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float v = sm.red_v[0];
+        int i = sm.red_i[0], c = sm.red_n[0];
+        for (int w = 1; w < kWarps; w++) {
+            c += sm.red_n[w];
+            if (better(sm.red_v[w], sm.red_i[w], v, i)) {
+                v = sm.red_v[w];
+                i = sm.red_i[w];
+            }
+        }
+        sm.ex_v = v;
+        sm.ex_i = i;
+        sm.ex_n = c;
+    }
+    cl.sync();
+    bv = 0.0f;
+    bi = -1;
+    nok = 0;
+    for (int r = 0; r < kCluster; r++) {
+        const sample_shared *o = cl.map_shared_rank(&sm, r);
+        nok += o->ex_n;
+        if (better(o->ex_v, o->ex_i, bv, bi)) {
+            bv = o->ex_v;
+            bi = o->ex_i;
+        }
+    }
+}
+
+/* Phase 2: the top_k-th largest key among the non-NaN logits (exact radix select). */
+__device__ u32 topk_threshold(const float *L, int n, int top_k, sample_shared &sm, cg::cluster_group &cl)
+{
+    u32 prefix = 0;
+    int rem = top_k;
+    for (int r = 0; r < 4; r++) {
+        const int shift = 24 - 8 * r, buf = r & 1;
+        if (threadIdx.x < 256)
+            sm.hist_c[buf][threadIdx.x] = 0;
+        __syncthreads();
+        for (int i = threadIdx.x; i < n; i += kThreads) {
+            const float v = L[i];
+            if (isnan(v))
+                continue;
+            const u32 k = fkey(v);
+            if (r == 0 || (k >> (shift + 8)) == (prefix >> (shift + 8)))
+                atomicAdd(&sm.hist_c[buf][(k >> shift) & 255], 1u);
+        }
+        __syncthreads();
+        cl.sync();
+        if (threadIdx.x < 256) {
+            unsigned t = 0;
+            for (int q = 0; q < kCluster; q++)
+                t += cl.map_shared_rank(&sm, q)->hist_c[buf][threadIdx.x];
+            sm.tot_c[threadIdx.x] = t;
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            int cum = 0, sel = 0;
+            for (int bin = 255; bin >= 0; bin--) {
+                if (cum + (int)sm.tot_c[bin] >= rem) {
+                    sel = bin;
+                    break;
+                }
+                cum += (int)sm.tot_c[bin];
+            }
+            sm.bc_rem = rem - cum;
+            sm.bc_prefix = prefix | ((u32)sel << shift);
+        }
+        __syncthreads();
+        rem = sm.bc_rem;
+        prefix = sm.bc_prefix;
+        __syncthreads();
+    }
+    return prefix;
+}
+
+/* Phase 4: the top-p threshold (bit pattern of p) for mass target `target`; *total gets
+ * mass(p >= threshold). */
+__device__ u32 topp_threshold(const float *P, int n, u128 target, u128 *total, sample_shared &sm,
+                              cg::cluster_group &cl)
+{
+    u32 prefix = 0;
+    u128 rem = target, above = 0;
+    for (int r = 0; r < 4; r++) {
+        const int shift = 24 - 8 * r, buf = r & 1;
+        if (threadIdx.x < 256)
+            sm.hist_m[buf][threadIdx.x][0] = sm.hist_m[buf][threadIdx.x][1] = 0;
+        __syncthreads();
+        for (int i = threadIdx.x; i < n; i += kThreads) {
+            const float p = P[i];
+            if (!(p >= 0.0f))
+                continue;
+            const u32 pb = __float_as_uint(p);
+            if (r == 0 || (pb >> (shift + 8)) == (prefix >> (shift + 8)))
+                atomic_add_u128(sm.hist_m[buf][(pb >> shift) & 255], fx(p));
+        }
+        __syncthreads();
+        cl.sync();
+        if (threadIdx.x < 256) {
+            u128 t = 0;
+            for (int q = 0; q < kCluster; q++)
+                t += bin_u128(cl.map_shared_rank(&sm, q)->hist_m[buf][threadIdx.x]);
+            sm.tot_m[threadIdx.x] = t;
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            u128 cum = 0;
+            int sel = 0;
+            for (int bin = 255; bin >= 0; bin--) {
+                if (cum + sm.tot_m[bin] >= rem) {
+                    sel = bin;
+                    break;
+                }
+                cum += sm.tot_m[bin];
+            }
+            sm.bc_rem_m = rem - cum;
+            sm.bc_above = above + cum;
+            sm.bc_total = above + cum + sm.tot_m[sel];
+            sm.bc_prefix = prefix | ((u32)sel << shift);
+        }
+        __syncthreads();
+        rem = sm.bc_rem_m;
+        above = sm.bc_above;
+        prefix = sm.bc_prefix;
+        *total = sm.bc_total;
+        __syncthreads();
+    }
+    return prefix;
+}
+
+/* Phase 5 in the CTA whose slice holds the crossing: the first i with running mass
+ * (base + kept p up to i) > target. */
+__device__ void draw_in_slice(const float *P, int n, int lo, u32 pmin, u128 base, u128 target,
+                              int32_t *out, sample_shared &sm)
+{
+    const int ch = (n + kThreads - 1) / kThreads, i0 = min(n, (int)threadIdx.x * ch), i1 = min(n, i0 + ch);
+    u128 cs = 0;
+    for (int i = i0; i < i1; i++)
+        if (P[i] >= 0.0f && __float_as_uint(P[i]) >= pmin)
+            cs += fx(P[i]);
+    u128 cum = base + block_exscan_u128(cs, sm);
+    if (cum <= target && target < cum + cs) {
+        for (int i = i0; i < i1; i++) {
+            if (!(P[i] >= 0.0f && __float_as_uint(P[i]) >= pmin))
+                continue;
+            cum += fx(P[i]);
+            if (cum > target) {
+                *out = lo + i;
+                break;
+            }
+        }
+    }
+}
+
+__global__ void __launch_bounds__(kThreads, 1) sample_kernel(memra_sample_args a, sample_geom g)
+{
+    extern __shared__ float dyn[]; /* [slice] logits, then p, when g.fits */
+    __shared__ sample_shared sm;
+    cg::cluster_group cl = cg::this_cluster();
+    const int c = (int)cl.block_rank(), row = blockIdx.y, V = a.n_vocab;
+    const int lo = min(V, c * g.slice), n = min(V, lo + g.slice) - lo;
+    const float *lg = a.logits + (size_t)row * (size_t)V + (size_t)lo;
+    float *P = g.fits ? dyn : a.scratch + (size_t)row * (size_t)V + (size_t)lo;
+    const float *L = g.fits ? dyn : lg;
+    pdl_wait();
+    const memra_sample_params prm = a.params[row];
+    float lmax;
+    int best, nok;
+    row_argmax(lg, dyn, n, lo, g, sm, cl, lmax, best, nok);
+    __syncthreads();
+    if (!(prm.temperature > 0.0f) || prm.top_k == 1 || best < 0 || isinf(lmax)) {
+        if (c == 0 && threadIdx.x == 0)
+            a.out_tokens[row] = best < 0 ? 0 : best;
+        cl.sync(); /* no CTA leaves while another may read its shared memory */
+        pdl_launch_dependents();
+        return;
+    }
+    const u32 kmin = prm.top_k > 0 && prm.top_k < nok ? topk_threshold(L, n, prm.top_k, sm, cl) : 0u;
+    u128 z = 0;
+    for (int i = threadIdx.x; i < n; i += kThreads) {
+        const float v = L[i];
+        const bool in_c = !isnan(v) && fkey(v) >= kmin;
+        const float p = in_c ? expf(__fdiv_rn(__fsub_rn(v, lmax), prm.temperature)) : -1.0f;
+        P[i] = p;
+        if (in_c)
+            z += fx(p);
+    }
+    z = block_sum_u128(z, sm);
+    u32 pmin = 0;
+    u128 total;
+    if (threadIdx.x == 0) {
+        sm.ex_sum[0][0] = (u64)z;
+        sm.ex_sum[0][1] = (u64)(z >> 64);
+    }
+    cl.sync();
+    z = 0;
+    for (int r = 0; r < kCluster; r++)
+        z += bin_u128(cl.map_shared_rank(&sm, r)->ex_sum[0]);
+    total = z;
+    if (prm.top_p > 0.0f && prm.top_p < 1.0f) {
+        u128 target = f64_to_u128((double)prm.top_p * u128_to_f64(z));
+        pmin = topp_threshold(P, n, target ? target : 1, &total, sm, cl);
+    }
+    /* draw: target = floor(total * u24 / 2^24) exactly (u = u24 * 2^-24, rng.h) */
+    const u32 ctr[4] = {(u32)prm.step, (u32)(prm.step >> 32), 0u, 0u};
+    const u32 key[2] = {(u32)prm.seed, (u32)(prm.seed >> 32)};
+    u32 rnd[4];
+    memra_philox4x32_10(ctr, key, rnd);
+    const u32 u24 = rnd[0] >> 8;
+    const u128 target = (total >> 24) * u24 + (((total & 0xFFFFFFu) * u24) >> 24);
+    u128 mine = 0;
+    for (int i = threadIdx.x; i < n; i += kThreads)
+        if (P[i] >= 0.0f && __float_as_uint(P[i]) >= pmin)
+            mine += fx(P[i]);
+    mine = block_sum_u128(mine, sm);
+    if (threadIdx.x == 0) {
+        sm.ex_sum[1][0] = (u64)mine;
+        sm.ex_sum[1][1] = (u64)(mine >> 64);
+    }
+    cl.sync();
+    u128 before = 0;
+    for (int r = 0; r < c; r++)
+        before += bin_u128(cl.map_shared_rank(&sm, r)->ex_sum[1]);
+    if (before <= target && target < before + mine) /* exactly one CTA: target < total */
+        draw_in_slice(P, n, lo, pmin, before, target, a.out_tokens + row, sm);
+    cl.sync();
+    pdl_launch_dependents();
+}
+
+} /* namespace */
+
+extern "C" int memra_sample_cuda(const memra_sample_args *a, cudaStream_t s)
+{
+    if (!a)
+        return cuda_ops_invalid("sample: null args");
+    const char *why = memra_sample_check(a);
+    if (why)
+        return cuda_ops_invalid(why);
+    if (a->b > 65535)
+        return cuda_ops_invalid("sample: b exceeds the grid limit 65535");
+    sample_geom g;
+    g.slice = (a->n_vocab + kCluster - 1) / kCluster;
+    g.fits = a->n_vocab <= MEMRA_SAMPLE_SMEM_VOCAB;
+    if (!g.fits && !a->scratch)
+        return cuda_ops_invalid("sample: n_vocab > MEMRA_SAMPLE_SMEM_VOCAB needs scratch [2, b, n_vocab]");
+    const size_t smem = g.fits ? (size_t)g.slice * sizeof(float) : 0;
+    return cuda_ops_result(cuda_ops_launch(sample_kernel, dim3(kCluster, a->b), dim3(kThreads), smem, s,
+                                           kCluster, *a, g));
+}

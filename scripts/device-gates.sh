@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# device-gates.sh — every GPU test and gate of memra on a GPU machine, with a summary table
+# printed last (the device tool returns the tail of the output).
+#
+#   scripts/device-gates.sh carry    HERE (build machine): build the GPU binaries and copy them
+#                                    and the non-system libraries they need into .carry/
+#   scripts/device-gates.sh          THERE (GPU machine, repository root, .carry/ carried):
+#     1. memra-gpu-tests             the op tests (CUDA kernels vs CPU references, NVRTC mmvq)
+#     2. forge the 0.8b preset       memra-forge on the device's cores (0.5 GB: too big to carry)
+#     3. memra-gpu-backend-tests     the CUDA backend gates on `tiny` and on the 0.8b model:
+#                                    isolation, graph == eager, stages, CPU agreement, failure
+#                                    handling, tick times per tier
+#     4. memra-run --backend cuda    a short generation on 0.8b (graph, eager) and on tiny, each
+#                                    checked against the CPU (ids equal)
+# Logs go to $OUT (when set) or ./out; the NVRTC cubin cache is packed into kcache.tgz there, and
+# a .carry/kcache.tgz carried back in is unpacked first, so later runs skip the compiles.
+# Every step has a time limit, so the table always prints.
+set -u
+cd "$(dirname "$0")/.."
+root=$PWD
+
+if [ "${1:-}" = carry ]; then
+  set -e
+  build=${BUILD:-build-cudabackend}
+  cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  targets="memra-gpu-backend-tests memra-run memra-plan memra-forge"
+  if cmake --build "$build" --target help | grep -q 'memra-gpu-tests'; then
+    targets="memra-gpu-tests $targets"
+  fi
+  cmake --build "$build" -j2 --target $targets
+  mkdir -p .carry/bin .carry/lib
+  for t in $targets; do cp -u "$build/$t" .carry/bin/; done
+  /work/shared/tools/device-libs.sh .carry/lib .carry/bin/* >/dev/null
+  echo "$root" >.carry/srcdir # the source-tree path baked into the binaries
+  du -sh .carry
+  exit 0
+fi
+
+out=${OUT:-$root/out}
+mkdir -p "$out"
+bin=$root/.carry/bin
+export LD_LIBRARY_PATH=$root/.carry/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export CK_FORK=no
+# The binaries carry the source-tree path of the build machine (plans/, test data): make it
+# resolve to this copy of the tree.
+src=$(cat .carry/srcdir 2>/dev/null)
+if [ -n "$src" ] && [ "$src" != "$root" ] && [ ! -e "$src" ]; then
+  mkdir -p "$(dirname "$src")" && ln -s "$root" "$src"
+fi
+deadline=$(($(date +%s) + ${BUDGET:-330})) # seconds this script may take in all
+# lim N: a step's time limit: N seconds, or what is left before the deadline (minus the
+# table's 20 s); 1 = the step is cut short.
+lim() { local l=$((deadline - $(date +%s) - 20)); [ $l -gt "$1" ] && l=$1; [ $l -lt 1 ] && l=1; echo $l; }
+export XDG_CACHE_HOME=/tmp/memra-cache
+mkdir -p "$XDG_CACHE_HOME"
+[ -f .carry/kcache.tgz ] && tar -xzf .carry/kcache.tgz -C "$XDG_CACHE_HOME"
+
+rows=()
+row() { rows+=("$(printf '%-34s %-6s %7s  %s' "$1" "$2" "$3" "$4")"); }
+now() { date +%s; }
+dt() { echo "$(($(now) - $1))s"; }
+checks() { grep -Eo '[0-9]+%: Checks: [0-9]+, Failures: [0-9]+, Errors: [0-9]+' "$1" | tail -1; }
+
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader \
+  | tee "$out/device.txt"
+
+# 2 starts first, in the background: it needs only the CPUs.
+m08=/tmp/memra-0.8b.gguf
+t_forge=$(now)
+( timeout "$(lim 200)" "$bin/memra-forge" --preset 0.8b --seed 1 -o "$m08" >"$out/forge.log" 2>&1 ) &
+forge_pid=$!
+
+# 1. op tests
+if [ -x "$bin/memra-gpu-tests" ]; then
+  t0=$(now)
+  timeout "$(lim 100)" "$bin/memra-gpu-tests" >"$out/gpu-ops.log" 2>&1
+  rc=$?
+  row "memra-gpu-tests (ops)" "$([ $rc = 0 ] && echo PASS || echo FAIL)" "$(dt "$t0")" "$(checks "$out/gpu-ops.log")"
+else
+  row "memra-gpu-tests (ops)" "-" "" "not built"
+fi
+
+wait $forge_pid
+forge_rc=$?
+row "memra-forge --preset 0.8b" "$([ $forge_rc = 0 ] && echo PASS || echo FAIL)" "$(dt "$t_forge")" \
+  "$(ls -l "$m08" 2>/dev/null | awk '{printf "%.0f MB", $5/1e6}')"
+
+# 3. backend gates (tiny always; 0.8b when forged)
+t0=$(now)
+if [ $forge_rc = 0 ]; then export MEMRA_GPU_TEST_MODEL=$m08; fi
+timeout "$(lim 240)" "$bin/memra-gpu-backend-tests" >"$out/gates.log" 2>&1
+rc=$?
+row "memra-gpu-backend-tests (gates)" "$([ $rc = 0 ] && echo PASS || echo FAIL)" "$(dt "$t0")" "$(checks "$out/gates.log")"
+unset MEMRA_GPU_TEST_MODEL
+
+# 4. generation: cuda (graph and eager) against the CPU reference on the same prompt
+gen() { # name model plans extra-args...
+  local name=$1 model=$2 plans=$3; shift 3
+  local t0; t0=$(now)
+  timeout "$(lim 60)" "$bin/memra-run" --backend cuda -m "$model" --plans "$plans" --tokens 1,2,3,4,5 \
+    --logits-hash "$@" >"$out/run-$name.txt" 2>>"$out/run.log"
+  local rc=$?
+  local ids; ids=$(grep '^ids:' "$out/run-$name.txt")
+  local ref_ids; ref_ids=$(grep '^ids:' "$out/run-ref-${name%%-*}.txt" 2>/dev/null)
+  local tick; tick=$(grep -Eo 'median [0-9.]+ ms, p99 [0-9.]+ ms \([0-9.]+ tokens/s' "$out/run.log" | tail -1)
+  local same=""; [ -n "$ref_ids" ] && { [ "$ids" = "$ref_ids" ] && same="ids = CPU; " || same="ids != CPU; "; }
+  row "memra-run cuda $name" "$([ $rc = 0 ] && [ "$same" != "ids != CPU; " ] && echo PASS || echo FAIL)" "$(dt "$t0")" "$same$tick"
+}
+for m in tiny 0.8b; do
+  model=/tmp/memra-$m.gguf
+  [ $m = tiny ] && timeout "$(lim 60)" "$bin/memra-forge" --preset tiny --seed 1 -o "$model" >/dev/null 2>&1
+  [ -f "$model" ] || { row "memra-run cuda $m" "-" "" "no model"; continue; }
+  timeout "$(lim 60)" "$bin/memra-plan" -m "$model" -o "/tmp/plans-$m" -q >>"$out/run.log" 2>&1
+  n=32; [ $m = 0.8b ] && n=16
+  # the CPU side: the reference model (bit-identical to the CPU backend), all cores
+  timeout "$(lim 60)" "$bin/memra-run" --backend ref -m "$model" --tokens 1,2,3,4,5 -n $n \
+    --threads "$(nproc)" >"$out/run-ref-$m.txt" 2>>"$out/run.log"
+  gen "$m-graph" "$model" "/tmp/plans-$m" -n $n
+  gen "$m-eager" "$model" "/tmp/plans-$m" -n $n --no-graph
+done
+[ -f /tmp/plans-0.8b/manifest.json ] && \
+  timeout "$(lim 60)" "$bin/memra-run" --backend cuda -m "$m08" --plans /tmp/plans-0.8b --tokens 1,2,3 -n 256 \
+    >"$out/run-0.8b-long.txt" 2>>"$out/run.log" && \
+  row "memra-run cuda 0.8b 256 tokens" PASS "" "$(grep -Eo 'median [0-9.]+ ms, p99 [0-9.]+ ms \([0-9.]+ tokens/s' "$out/run.log" | tail -1)"
+
+tar -czf "$out/kcache.tgz" -C "$XDG_CACHE_HOME" . 2>/dev/null
+
+echo
+echo "==== gates.log (summary lines) ===="
+grep -E '^(SKIP|isolation gate|graph ==|CPU agreement|tick times|  tier|  +[0-9]+ )|Checks:|:F:|:E:' "$out/gates.log"
+echo "==== gpu-ops.log (failures) ===="
+grep -E 'Checks:|:F:|:E:' "$out/gpu-ops.log" 2>/dev/null | head -20
+echo "==== run.log (cuda lines) ===="
+grep -E '^(cuda:|memra-run:|weights \[#{20}\]|kernels:|graphs:)' "$out/run.log" | head -20
+echo
+echo "==== summary ($(cat "$out/device.txt")) ===="
+printf '%-34s %-6s %7s  %s\n' step result time notes
+for r in "${rows[@]}"; do echo "$r"; done
