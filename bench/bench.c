@@ -211,6 +211,14 @@ typedef struct tier_stats {
     uint32_t op_launches[MEMRA_OP_COUNT];
 } tier_stats;
 
+/* One open backend and the sessions of rows 0..max_tier-1. */
+typedef struct bench_eng {
+    bench_be be;
+    uint32_t sids[MEMRA_PLAN_MAX_B];
+} bench_eng;
+
+#define BENCH_MAX_ENG 2 /* a phase pairs the plan set as planned with its variant */
+
 typedef struct bench_ctx {
     memra_bench_report *r;
     const memra_bench_opts *o; /* = &r->opts */
@@ -218,10 +226,8 @@ typedef struct bench_ctx {
     tier_stats stats[MEMRA_PLAN_MAX_TIERS]; /* [o->n_tiers] */
     uint32_t max_tier, tier1;  /* tier1: 1 when the manifest has tier 1 */
     uint32_t n_vocab;
-    bench_be be;
-    uint32_t sids[MEMRA_PLAN_MAX_B];
     float *ref, *got;          /* [max_tier][n_vocab] logits of the isolation check */
-    double *lat, *host;        /* [ticks] */
+    double *lat[BENCH_MAX_ENG], *host[BENCH_MAX_ENG]; /* [ticks] per engine */
 } bench_ctx;
 
 static int generate_plans(bench_ctx *c, memra_err *err)
@@ -235,7 +241,8 @@ static int generate_plans(bench_ctx *c, memra_err *err)
     po.model_path = c->o->model;
     po.out_dir = r->plans_dir;
     /* the requested tiers, and tier 1 for the isolation check */
-    po.tiers[po.n_tiers++] = 1;
+    po.n_tiers = 1;
+    po.tiers[0] = 1;
     for (uint32_t i = 0; i < c->o->n_tiers; i++) {
         uint32_t k = 0;
         while (k < po.n_tiers && po.tiers[k] < c->o->tiers[i])
@@ -326,10 +333,10 @@ static int32_t first_token(const bench_ctx *c, uint32_t r)
     return (int32_t)(mix64(c->o->seed * 977u + 1000u + r) % c->n_vocab);
 }
 
-static int fill_rows(bench_ctx *c, uint32_t b, uint32_t depth, memra_err *err)
+static int fill_rows(bench_ctx *c, bench_eng *e, uint32_t b, uint32_t depth, memra_err *err)
 {
     for (uint32_t r = 0; r < b; r++) {
-        const int rc = bench_be_fill(&c->be, c->sids[r], depth, row_seed(c, r), err);
+        const int rc = bench_be_fill(&e->be, e->sids[r], depth, row_seed(c, r), err);
         if (rc != MEMRA_OK)
             return rc;
     }
@@ -337,21 +344,21 @@ static int fill_rows(bench_ctx *c, uint32_t b, uint32_t depth, memra_err *err)
 }
 
 /* Rows of a B-wide tick against the same states run alone at tier 1 (memcmp of logits). */
-static int isolation_check(bench_ctx *c, uint32_t b, uint32_t depth, memra_bench_case *cs,
-                           memra_err *err)
+static int isolation_check(bench_ctx *c, bench_eng *e, uint32_t b, uint32_t depth,
+                           memra_bench_case *cs, memra_err *err)
 {
     int rc;
     const size_t v = c->n_vocab;
     int32_t tok[MEMRA_PLAN_MAX_B];
     for (uint32_t r = 0; r < b; r++) {
         tok[r] = first_token(c, r);
-        MEMRA_TRY(bench_be_fill(&c->be, c->sids[r], depth, row_seed(c, r), err));
-        MEMRA_TRY(bench_be_step(&c->be, 1, &c->sids[r], &tok[r], 1, NULL, NULL, err));
-        MEMRA_TRY(bench_be_logits(&c->be, 0, 1, c->ref + r * v, err));
+        MEMRA_TRY(bench_be_fill(&e->be, e->sids[r], depth, row_seed(c, r), err));
+        MEMRA_TRY(bench_be_step(&e->be, 1, &e->sids[r], &tok[r], 1, NULL, NULL, err));
+        MEMRA_TRY(bench_be_logits(&e->be, 0, 1, c->ref + r * v, err));
     }
-    MEMRA_TRY(fill_rows(c, b, depth, err));
-    MEMRA_TRY(bench_be_step(&c->be, b, c->sids, tok, b, NULL, NULL, err));
-    MEMRA_TRY(bench_be_logits(&c->be, 0, b, c->got, err));
+    MEMRA_TRY(fill_rows(c, e, b, depth, err));
+    MEMRA_TRY(bench_be_step(&e->be, b, e->sids, tok, b, NULL, NULL, err));
+    MEMRA_TRY(bench_be_logits(&e->be, 0, b, c->got, err));
     cs->rows_differ = 0;
     for (uint32_t r = 0; r < b; r++)
         if (memcmp(c->ref + r * v, c->got + r * v, v * sizeof(float)) != 0)
@@ -367,19 +374,19 @@ fail:
 
 /* Put rows 0..b-1 at position depth: synthetic histories, or (synthetic off) fresh
  * sessions advanced by depth real ticks at tier b. */
-static int reach_depth(bench_ctx *c, uint32_t b, uint32_t depth, memra_err *err)
+static int reach_depth(bench_ctx *c, bench_eng *e, uint32_t b, uint32_t depth, memra_err *err)
 {
     int rc;
     if (c->o->synthetic)
-        return fill_rows(c, b, depth, err);
+        return fill_rows(c, e, b, depth, err);
     int32_t tok[MEMRA_PLAN_MAX_B], out[MEMRA_PLAN_MAX_B];
     for (uint32_t r = 0; r < b; r++) {
-        MEMRA_TRY(bench_be_retire(&c->be, c->sids[r], err));
-        MEMRA_TRY(bench_be_admit(&c->be, &c->sids[r], err));
+        MEMRA_TRY(bench_be_retire(&e->be, e->sids[r], err));
+        MEMRA_TRY(bench_be_admit(&e->be, &e->sids[r], err));
         tok[r] = first_token(c, r);
     }
     for (uint32_t k = 0; k < depth; k++) {
-        MEMRA_TRY(bench_be_step(&c->be, b, c->sids, tok, b, out, NULL, err));
+        MEMRA_TRY(bench_be_step(&e->be, b, e->sids, tok, b, out, NULL, err));
         memcpy(tok, out, sizeof(int32_t) * b);
     }
     return MEMRA_OK;
@@ -398,62 +405,75 @@ static void case_bytes(const bench_ctx *c, const tier_stats *ts, memra_bench_cas
     cs->bytes = cs->weight_bytes + cs->kv_bytes + cs->state_bytes;
 }
 
-static int timed_ticks(bench_ctx *c, uint32_t b, memra_bench_case *cs, memra_err *err)
+/* Latency and host-time statistics of engine k's timed ticks. */
+static void tick_stats(bench_ctx *c, uint32_t k, memra_bench_case *cs)
 {
-    int rc;
-    int32_t tok[MEMRA_PLAN_MAX_B], out[MEMRA_PLAN_MAX_B];
-    for (uint32_t r = 0; r < b; r++)
-        tok[r] = first_token(c, r);
-    for (uint32_t k = 0; k < c->o->warmup + c->o->ticks; k++) {
-        bench_tick t = {0};
-        MEMRA_TRY(bench_be_step(&c->be, b, c->sids, tok, b, out, &t, err));
-        for (uint32_t r = 0; r < b; r++) /* feed the sampled tokens back */
-            tok[r] = out[r] >= 0 && (uint32_t)out[r] < c->n_vocab ? out[r] : tok[r];
-        if (k >= c->o->warmup) {
-            c->lat[k - c->o->warmup] = t.lat_ms;
-            c->host[k - c->o->warmup] = t.host_us;
-        }
-    }
     const uint32_t n = c->o->ticks;
     double sum = 0;
     for (uint32_t i = 0; i < n; i++)
-        sum += c->lat[i];
+        sum += c->lat[k][i];
     cs->mean_ms = sum / n;
-    cs->median_ms = memra_bench_quantile(c->lat, n, 0.5);
-    cs->p99_ms = memra_bench_quantile(c->lat, n, 0.99);
-    cs->min_ms = c->lat[0]; /* sorted by the quantile */
-    cs->host_us = memra_bench_quantile(c->host, n, 0.5);
-    cs->host_p99_us = memra_bench_quantile(c->host, n, 0.99);
-    return MEMRA_OK;
-fail:
-    return rc;
+    cs->median_ms = memra_bench_quantile(c->lat[k], n, 0.5);
+    cs->p99_ms = memra_bench_quantile(c->lat[k], n, 0.99);
+    cs->min_ms = c->lat[k][0]; /* sorted by the quantile */
+    cs->host_us = memra_bench_quantile(c->host[k], n, 0.5);
+    cs->host_p99_us = memra_bench_quantile(c->host[k], n, 0.99);
 }
 
-static int run_case(bench_ctx *c, uint32_t ti, uint32_t depth, int check, memra_bench_case *cs,
-                    memra_err *err)
+/* Warmup + timed ticks of rows 0..b-1 on every engine, interleaved tick by tick (so a
+ * pair is measured under the same conditions), each feeding its sampled tokens back. */
+static int timed_ticks(bench_ctx *c, bench_eng *eng, uint32_t n_eng, uint32_t b,
+                       memra_bench_case *cs, memra_err *err)
+{
+    int32_t tok[BENCH_MAX_ENG][MEMRA_PLAN_MAX_B], out[MEMRA_PLAN_MAX_B];
+    for (uint32_t k = 0; k < n_eng; k++)
+        for (uint32_t r = 0; r < b; r++)
+            tok[k][r] = first_token(c, r);
+    for (uint32_t i = 0; i < c->o->warmup + c->o->ticks; i++)
+        for (uint32_t k = 0; k < n_eng; k++) {
+            bench_tick t = {0};
+            const int rc = bench_be_step(&eng[k].be, b, eng[k].sids, tok[k], b, out, &t, err);
+            if (rc != MEMRA_OK)
+                return rc;
+            for (uint32_t r = 0; r < b; r++) /* feed the sampled tokens back */
+                tok[k][r] = out[r] >= 0 && (uint32_t)out[r] < c->n_vocab ? out[r] : tok[k][r];
+            if (i >= c->o->warmup) {
+                c->lat[k][i - c->o->warmup] = t.lat_ms;
+                c->host[k][i - c->o->warmup] = t.host_us;
+            }
+        }
+    for (uint32_t k = 0; k < n_eng; k++)
+        tick_stats(c, k, &cs[k]);
+    return MEMRA_OK;
+}
+
+/* Case (tier index ti, depth) on n_eng engines at once; cs[k] gets engine k's result. The
+ * isolation check (check) runs on engine 0. */
+static int run_case(bench_ctx *c, bench_eng *eng, uint32_t n_eng, uint32_t ti, uint32_t depth,
+                    int check, memra_bench_case *cs, memra_err *err)
 {
     int rc;
     const tier_stats *ts = &c->stats[ti];
     const uint32_t b = ts->tier;
-    memset(cs, 0, sizeof *cs);
-    cs->tier = b;
-    cs->depth = depth;
-    cs->graph = c->be.graphs;
-    cs->ticks = c->o->ticks;
-    cs->isolation = -1;
-    cs->launches = ts->launches;
-    cs->graph_nodes = bench_be_graph_nodes(&c->be, b);
+    for (uint32_t k = 0; k < n_eng; k++)
+        cs[k] = (memra_bench_case){.tier = b, .depth = depth, .graph = eng[k].be.graphs,
+                                   .ticks = c->o->ticks, .isolation = -1, .launches = ts->launches,
+                                   .graph_nodes = bench_be_graph_nodes(&eng[k].be, b)};
     if (check && b > 1 && c->tier1 && c->o->isolation && c->o->synthetic)
-        MEMRA_TRY(isolation_check(c, b, depth, cs, err));
-    MEMRA_TRY(reach_depth(c, b, depth, err));
-    MEMRA_TRY(timed_ticks(c, b, cs, err));
-    cs->tok_s = cs->median_ms > 0 ? b / (cs->median_ms * 1e-3) : 0;
-    case_bytes(c, ts, cs);
-    cs->gbs = cs->median_ms > 0 ? (double)cs->bytes / (cs->median_ms * 1e-3) / 1e9 : 0;
-    cs->frac_bw = c->r->copy_gbs > 0 ? cs->gbs / c->r->copy_gbs : 0;
+        MEMRA_TRY(isolation_check(c, &eng[0], b, depth, &cs[0], err));
+    for (uint32_t k = 0; k < n_eng; k++)
+        MEMRA_TRY(reach_depth(c, &eng[k], b, depth, err));
+    MEMRA_TRY(timed_ticks(c, eng, n_eng, b, cs, err));
+    for (uint32_t k = 0; k < n_eng; k++) {
+        memra_bench_case *x = &cs[k];
+        x->tok_s = x->median_ms > 0 ? b / (x->median_ms * 1e-3) : 0;
+        case_bytes(c, ts, x);
+        x->gbs = x->median_ms > 0 ? (double)x->bytes / (x->median_ms * 1e-3) / 1e9 : 0;
+        x->frac_bw = c->r->copy_gbs > 0 ? x->gbs / c->r->copy_gbs : 0;
+    }
     memra_log(MEMRA_LOG_INFO, "bench: %s B=%u depth=%u: median %.3f ms, %.1f tok/s, %.1f%% of "
-              "copy BW", cs->graph ? "graph" : "eager", b, depth, cs->median_ms, cs->tok_s,
-              100 * cs->frac_bw);
+              "copy BW", cs[0].graph ? "graph" : "eager", b, depth, cs[0].median_ms, cs[0].tok_s,
+              100 * cs[0].frac_bw);
     return MEMRA_OK;
 fail:
     return rc;
@@ -461,33 +481,45 @@ fail:
 
 /* ====================================== passes ======================================= */
 
-/* Open the backend over plan_dir, admit max_tier sessions, run every (tier, depth). */
-static int run_pass(bench_ctx *c, const char *plan_dir, int graphs, int check,
-                    memra_bench_case *cases, memra_err *err)
+/* Open the backend over plan_dir and admit max_tier sessions. */
+static int eng_open(bench_ctx *c, bench_eng *e, const char *plan_dir, int graphs, memra_err *err)
 {
     int rc;
     const bench_be_opts bo = {.n_slots = c->max_tier, .n_ctx = c->r->n_ctx, .graphs = graphs,
                               .device = c->o->device};
     const double t0 = now_ms();
-    MEMRA_TRY(bench_be_open(&c->be, c->o->backend, plan_dir, c->g, &bo, err));
+    MEMRA_TRY(bench_be_open(&e->be, c->o->backend, plan_dir, c->g, &bo, err));
     if (c->r->open_ms == 0) {
         c->r->open_ms = now_ms() - t0;
-        bench_be_device(&c->be, c->r->device, sizeof c->r->device);
+        bench_be_device(&e->be, c->r->device, sizeof c->r->device);
     }
-    if (c->o->synthetic && !bench_be_can_fill(&c->be)) {
+    if (c->o->synthetic && !bench_be_can_fill(&e->be)) {
         rc = MEMRA_FAIL(err, MEMRA_ERR_UNSUPPORTED, "backend %s has no synthetic-history call: "
                         "run with --prefill decode", bench_be_name(c->o->backend));
         goto fail;
     }
     for (uint32_t r = 0; r < c->max_tier; r++)
-        MEMRA_TRY(bench_be_admit(&c->be, &c->sids[r], err));
+        MEMRA_TRY(bench_be_admit(&e->be, &e->sids[r], err));
+    return MEMRA_OK;
+fail:
+    bench_be_close(&e->be);
+    return rc;
+}
+
+/* Every (tier, depth) on one engine over plan_dir; cases[] in tier-major order. */
+static int run_pass(bench_ctx *c, const char *plan_dir, int graphs, int check,
+                    memra_bench_case *cases, memra_err *err)
+{
+    int rc;
+    bench_eng e = {0};
+    MEMRA_TRY(eng_open(c, &e, plan_dir, graphs, err));
     uint32_t n = 0;
     for (uint32_t ti = 0; ti < c->o->n_tiers; ti++)
         for (uint32_t di = 0; di < c->o->n_depths; di++)
-            MEMRA_TRY(run_case(c, ti, c->o->depths[di], check, &cases[n++], err));
+            MEMRA_TRY(run_case(c, &e, 1, ti, c->o->depths[di], check, &cases[n++], err));
     rc = MEMRA_OK;
 fail:
-    bench_be_close(&c->be);
+    bench_be_close(&e.be);
     return rc;
 }
 
@@ -515,43 +547,58 @@ fail:
 
 /* ====================================== phases ======================================= */
 
-/* Per op class used by a requested tier: the cases re-run with the class doubled. */
+/* Every case on the pair (plan set as planned, variant with op doubled), ticks interleaved. */
+static int phase_op(bench_ctx *c, bench_eng *base, uint32_t op, int graphs, memra_err *err)
+{
+    int rc;
+    memra_bench_report *r = c->r;
+    bench_eng pair[BENCH_MAX_ENG];
+    memset(pair, 0, sizeof pair);
+    pair[0] = *base; /* the same open backend (closed by the caller) */
+    char dir[600];
+    MEMRA_TRY(make_tmp_dir(dir, sizeof dir, "phase", err));
+    memra_log(MEMRA_LOG_INFO, "bench: phase %s (doubled)", memra_op_get(op)->name);
+    rc = memra_bench_plans_double_op(r->plans_dir, dir, op, err);
+    if (rc == MEMRA_OK)
+        rc = eng_open(c, &pair[1], dir, graphs, err);
+    rm_dir(dir); /* the backend validated and copied everything at open */
+    for (uint32_t ti = 0; ti < c->o->n_tiers && rc == MEMRA_OK; ti++)
+        for (uint32_t di = 0; di < c->o->n_depths && rc == MEMRA_OK; di++) {
+            memra_bench_case cs[BENCH_MAX_ENG];
+            rc = run_case(c, pair, 2, ti, c->o->depths[di], 0, cs, err);
+            if (rc != MEMRA_OK)
+                break;
+            memra_bench_phase *ph = &r->phases[r->n_phases++];
+            *ph = (memra_bench_phase){.tier = cs[0].tier, .depth = cs[0].depth, .op = op,
+                                      .launches = c->stats[ti].op_launches[op],
+                                      .base_ms = cs[0].median_ms, .doubled_ms = cs[1].median_ms};
+            ph->marginal_ms = ph->doubled_ms - ph->base_ms;
+        }
+    bench_be_close(&pair[1].be);
+fail:
+    return rc;
+}
+
+/* Per op class used by a requested tier: phase_op, against one engine kept open. */
 static int run_phases(bench_ctx *c, memra_err *err)
 {
     int rc = MEMRA_OK;
-    memra_bench_report *r = c->r;
     const uint32_t n = c->o->n_tiers * c->o->n_depths;
     const int graphs = c->o->backend == MEMRA_BENCH_CUDA && c->o->graphs;
-    memra_bench_case *tmp = calloc(n, sizeof *tmp);
-    r->phases = calloc((size_t)n * MEMRA_OP_COUNT, sizeof *r->phases);
-    if (!tmp || !r->phases) {
-        free(tmp);
+    bench_eng base = {0};
+    c->r->phases = calloc((size_t)n * MEMRA_OP_COUNT, sizeof *c->r->phases);
+    if (!c->r->phases)
         return MEMRA_FAIL(err, MEMRA_ERR_NOMEM, "phases: out of memory");
-    }
-    for (uint32_t op = 0; op < MEMRA_OP_COUNT && rc == MEMRA_OK; op++) {
+    MEMRA_TRY(eng_open(c, &base, c->r->plans_dir, graphs, err));
+    for (uint32_t op = 0; op < MEMRA_OP_COUNT; op++) {
         uint32_t used = 0;
         for (uint32_t ti = 0; ti < c->o->n_tiers; ti++)
             used += c->stats[ti].op_launches[op];
-        if (!used)
-            continue;
-        char dir[600];
-        if ((rc = make_tmp_dir(dir, sizeof dir, "phase", err)) != MEMRA_OK)
-            break;
-        memra_log(MEMRA_LOG_INFO, "bench: phase %s (doubled)", memra_op_get(op)->name);
-        rc = memra_bench_plans_double_op(r->plans_dir, dir, op, err);
-        if (rc == MEMRA_OK)
-            rc = run_pass(c, dir, graphs, 0, tmp, err);
-        rm_dir(dir);
-        for (uint32_t i = 0; i < n && rc == MEMRA_OK; i++) {
-            memra_bench_phase *ph = &r->phases[r->n_phases++];
-            *ph = (memra_bench_phase){.tier = tmp[i].tier, .depth = tmp[i].depth, .op = op,
-                                      .launches = c->stats[i / c->o->n_depths].op_launches[op],
-                                      .base_ms = r->cases[i].median_ms,
-                                      .doubled_ms = tmp[i].median_ms};
-            ph->marginal_ms = ph->doubled_ms - ph->base_ms;
-        }
+        if (used)
+            MEMRA_TRY(phase_op(c, &base, op, graphs, err));
     }
-    free(tmp);
+fail:
+    bench_be_close(&base.be);
     return rc;
 }
 
@@ -608,9 +655,13 @@ static int bench_setup(bench_ctx *c, memra_err *err)
     r->n_slots = c->max_tier;
     c->ref = malloc(sizeof(float) * c->max_tier * c->n_vocab);
     c->got = malloc(sizeof(float) * c->max_tier * c->n_vocab);
-    c->lat = malloc(sizeof(double) * o->ticks);
-    c->host = malloc(sizeof(double) * o->ticks);
-    if (!c->ref || !c->got || !c->lat || !c->host) {
+    int ok = c->ref && c->got;
+    for (uint32_t k = 0; k < BENCH_MAX_ENG; k++) {
+        c->lat[k] = malloc(sizeof(double) * o->ticks);
+        c->host[k] = malloc(sizeof(double) * o->ticks);
+        ok = ok && c->lat[k] && c->host[k];
+    }
+    if (!ok) {
         rc = MEMRA_FAIL(err, MEMRA_ERR_NOMEM, "bench buffers: out of memory");
         goto fail;
     }
@@ -659,8 +710,10 @@ fail:
     memra_gguf_close(c.g);
     free(c.ref);
     free(c.got);
-    free(c.lat);
-    free(c.host);
+    for (uint32_t k = 0; k < BENCH_MAX_ENG; k++) {
+        free(c.lat[k]);
+        free(c.host[k]);
+    }
     return rc;
 }
 

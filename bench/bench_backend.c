@@ -18,7 +18,7 @@ static double clock_ms(clockid_t id)
 
 int bench_be_available(memra_bench_backend kind)
 {
-#ifdef MEMRA_BENCH_CUDA
+#ifdef MEMRA_BENCH_WITH_CUDA
     return kind == MEMRA_BENCH_CPU || kind == MEMRA_BENCH_CUDA;
 #else
     return kind == MEMRA_BENCH_CPU;
@@ -54,7 +54,7 @@ int bench_be_open(bench_be *b, memra_bench_backend kind, const char *plan_dir,
             b->n_vocab = memra_cpu_backend_n_vocab(b->cpu);
         return rc;
     }
-#ifdef MEMRA_BENCH_CUDA
+#ifdef MEMRA_BENCH_WITH_CUDA
     memra_cuda_opts uo;
     memra_cuda_opts_init(&uo);
     uo.n_slots = o->n_slots;
@@ -77,7 +77,7 @@ void bench_be_close(bench_be *b)
 {
     memra_cpu_backend_close(b->cpu);
     b->cpu = NULL;
-#ifdef MEMRA_BENCH_CUDA
+#ifdef MEMRA_BENCH_WITH_CUDA
     memra_cuda_backend_close(b->cuda);
     b->cuda = NULL;
 #endif
@@ -85,7 +85,7 @@ void bench_be_close(bench_be *b)
 
 int bench_be_admit(bench_be *b, uint32_t *session, memra_err *err)
 {
-#ifdef MEMRA_BENCH_CUDA
+#ifdef MEMRA_BENCH_WITH_CUDA
     if (b->cuda)
         return memra_cuda_session_admit(b->cuda, NULL, session, err);
 #endif
@@ -94,7 +94,7 @@ int bench_be_admit(bench_be *b, uint32_t *session, memra_err *err)
 
 int bench_be_retire(bench_be *b, uint32_t session, memra_err *err)
 {
-#ifdef MEMRA_BENCH_CUDA
+#ifdef MEMRA_BENCH_WITH_CUDA
     if (b->cuda)
         return memra_cuda_session_retire(b->cuda, session, err);
 #endif
@@ -103,7 +103,7 @@ int bench_be_retire(bench_be *b, uint32_t session, memra_err *err)
 
 uint32_t bench_be_pos(const bench_be *b, uint32_t session)
 {
-#ifdef MEMRA_BENCH_CUDA
+#ifdef MEMRA_BENCH_WITH_CUDA
     if (b->cuda)
         return memra_cuda_session_pos(b->cuda, session);
 #endif
@@ -112,7 +112,7 @@ uint32_t bench_be_pos(const bench_be *b, uint32_t session)
 
 int bench_be_can_fill(const bench_be *b)
 {
-#ifdef MEMRA_BENCH_CUDA
+#ifdef MEMRA_BENCH_WITH_CUDA
     if (b->cuda)
         return 0; /* TODO(#bench): memra_cuda_session_fill_synthetic (requested) */
 #endif
@@ -121,7 +121,7 @@ int bench_be_can_fill(const bench_be *b)
 
 int bench_be_fill(bench_be *b, uint32_t session, uint32_t pos, uint64_t seed, memra_err *err)
 {
-#ifdef MEMRA_BENCH_CUDA
+#ifdef MEMRA_BENCH_WITH_CUDA
     if (b->cuda)
         return MEMRA_FAIL(err, MEMRA_ERR_UNSUPPORTED, "the CUDA backend has no synthetic-history "
                           "call (memra_cuda_session_fill_synthetic) yet");
@@ -134,7 +134,7 @@ int bench_be_step(bench_be *b, uint32_t n_rows, const uint32_t *sessions, const 
 {
     int rc;
     double w0, c0, w1, c1;
-#ifdef MEMRA_BENCH_CUDA
+#ifdef MEMRA_BENCH_WITH_CUDA
     if (b->cuda) {
         const memra_cuda_step st = {.n_rows = n_rows, .sessions = sessions, .tokens = tokens,
                                     .tier = tier, .out_tokens = out};
@@ -165,7 +165,7 @@ int bench_be_step(bench_be *b, uint32_t n_rows, const uint32_t *sessions, const 
 
 int bench_be_logits(bench_be *b, uint32_t row, uint32_t n_rows, float *dst, memra_err *err)
 {
-#ifdef MEMRA_BENCH_CUDA
+#ifdef MEMRA_BENCH_WITH_CUDA
     if (b->cuda)
         return memra_cuda_backend_logits(b->cuda, row, n_rows, dst, err);
 #endif
@@ -198,7 +198,7 @@ static void cpu_name(char *buf, size_t n)
 
 void bench_be_device(const bench_be *b, char *buf, size_t n)
 {
-#ifdef MEMRA_BENCH_CUDA
+#ifdef MEMRA_BENCH_WITH_CUDA
     if (b->cuda) {
         const memra_cuda_info *in = memra_cuda_backend_info(b->cuda);
         snprintf(buf, n, "%s (sm_%d, %d SMs)", in->device_name, in->sm, in->n_sm);
@@ -211,7 +211,7 @@ void bench_be_device(const bench_be *b, char *buf, size_t n)
 
 uint32_t bench_be_graph_nodes(const bench_be *b, uint32_t tier)
 {
-#ifdef MEMRA_BENCH_CUDA
+#ifdef MEMRA_BENCH_WITH_CUDA
     if (b->cuda) {
         const memra_cuda_info *in = memra_cuda_backend_info(b->cuda);
         for (uint32_t t = 0; t < in->n_tiers; t++)
@@ -232,7 +232,7 @@ int bench_be_copy_bw(memra_bench_backend kind, int device, uint64_t bytes, uint3
         snprintf(method, method_n, "host memcpy, %.0f MiB, best of %u", (double)bytes / 1048576.0, reps);
         return memra_bench_copy_bw_host(bytes, reps, best_gbs, median_gbs, err);
     }
-#ifdef MEMRA_BENCH_CUDA
+#ifdef MEMRA_BENCH_WITH_CUDA
     char name[128];
     snprintf(method, method_n, "device copy, 16-byte loads, %.0f MiB, best of %u",
              (double)bytes / 1048576.0, reps);

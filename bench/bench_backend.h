@@ -1,6 +1,6 @@
 /*
  * bench_backend.h — the one seam between memra-bench and the backends it measures: the
- * CPU backend (always) and the CUDA backend (builds with MEMRA_BENCH_CUDA). Each call
+ * CPU backend (always) and the CUDA backend (builds with MEMRA_BENCH_WITH_CUDA). Each call
  * forwards to memra_cpu_* / memra_cuda_*; step additionally returns the tick's timing,
  * taken the way that backend allows (below).
  *
@@ -27,7 +27,7 @@
 #include "err.h"
 #include "gguf.h"
 
-#ifdef MEMRA_BENCH_CUDA
+#ifdef MEMRA_BENCH_WITH_CUDA
 #include "backend_cuda.h"
 #include "ceiling.h"
 #endif
@@ -41,7 +41,7 @@ typedef struct bench_be_opts {
 typedef struct bench_be {
     memra_bench_backend kind;
     memra_cpu_backend *cpu;
-#ifdef MEMRA_BENCH_CUDA
+#ifdef MEMRA_BENCH_WITH_CUDA
     memra_cuda_backend *cuda;
 #endif
     int graphs;       /* effective: 1 only for CUDA with graphs */

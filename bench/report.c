@@ -37,9 +37,10 @@ void memra_bench_print_header(const memra_bench_report *r, FILE *f)
     list_str(o->tiers, o->n_tiers, tiers, sizeof tiers);
     list_str(o->depths, o->n_depths, depths, sizeof depths);
     fprintf(f, "memra-bench\n");
-    fprintf(f, "  model     %s: \"%s\", %s, %u layers, n_embd %u, n_vocab %u, %s, %.2f GB file, "
-               "%.3g params%s%s\n", o->model, r->model_name, r->arch, r->n_layer, r->n_embd,
-            r->n_vocab, r->file_type, r->file_bytes / 1e9, (double)r->n_params,
+    fprintf(f, "  model     %s: \"%s\", %s, %u layers, n_embd %u, n_vocab %u, %s, %.3g %s "
+               "file, %.3g params%s%s\n", o->model, r->model_name, r->arch, r->n_layer, r->n_embd,
+            r->n_vocab, r->file_type, r->file_bytes >= 1e9 ? r->file_bytes / 1e9 : r->file_bytes / 1e6,
+            r->file_bytes >= 1e9 ? "GB" : "MB", (double)r->n_params,
             r->preset[0] ? ", forge preset " : "", r->preset);
     fprintf(f, "  plans     %s%s, %u stage(s), KV %s\n", r->plans_dir,
             r->plans_generated ? " (planned in-process, removed after the run)" : "",
@@ -71,6 +72,48 @@ static const char *iso_str(const memra_bench_case *c, char *buf, size_t n)
     return buf;
 }
 
+static int cmp_marginal(const void *a, const void *b)
+{
+    const double x = (*(const memra_bench_phase *const *)a)->marginal_ms;
+    const double y = (*(const memra_bench_phase *const *)b)->marginal_ms;
+    return (x < y) - (x > y); /* descending */
+}
+
+/* Per case, the op classes ranked by marginal cost, and how much of the tick they explain. */
+static void print_phases(const memra_bench_report *r, FILE *f)
+{
+    fprintf(f, "\nphases (%s): marginal cost of an op class = median tick with each of its "
+               "launches issued twice - median tick as planned,\nmeasured as interleaved pairs "
+               "(a ranking, not a partition of wall time)\n",
+            r->opts.backend == MEMRA_BENCH_CUDA && r->opts.graphs ? "graph replay" : "eager");
+    fprintf(f, "%4s %6s %-12s %8s %10s %10s %10s %7s\n", "B", "depth", "op", "launches",
+            "base_ms", "doubled_ms", "marginal", "share");
+    const memra_bench_phase *list[MEMRA_OP_COUNT];
+    for (uint32_t i = 0; i < r->n_phases; i++) {
+        const memra_bench_phase *p0 = &r->phases[i];
+        uint32_t n = 0, seen = 0;
+        for (uint32_t k = 0; k < i; k++)
+            seen |= r->phases[k].tier == p0->tier && r->phases[k].depth == p0->depth;
+        if (seen)
+            continue;
+        double sum = 0, base = 0;
+        for (uint32_t k = i; k < r->n_phases && n < MEMRA_OP_COUNT; k++)
+            if (r->phases[k].tier == p0->tier && r->phases[k].depth == p0->depth)
+                list[n++] = &r->phases[k];
+        qsort(list, n, sizeof *list, cmp_marginal);
+        for (uint32_t k = 0; k < n; k++) {
+            const memra_bench_phase *p = list[k];
+            fprintf(f, "%4u %6u %-12s %8u %10.3f %10.3f %10.3f %6.1f%%\n", p->tier, p->depth,
+                    memra_op_get(p->op)->name, p->launches, p->base_ms, p->doubled_ms,
+                    p->marginal_ms, p->base_ms > 0 ? 100 * p->marginal_ms / p->base_ms : 0);
+            sum += p->marginal_ms;
+            base += p->base_ms / n;
+        }
+        fprintf(f, "%4u %6u %-12s %8s %10.3f %10s %10.3f %6.1f%%\n", p0->tier, p0->depth,
+                "(sum)", "", base, "", sum, base > 0 ? 100 * sum / base : 0);
+    }
+}
+
 void memra_bench_print_table(const memra_bench_report *r, FILE *f)
 {
     fprintf(f, "\n%4s %6s %-5s %9s %9s %10s %8s %9s %8s %6s %6s %6s %-7s %7s\n", "B", "depth",
@@ -86,19 +129,8 @@ void memra_bench_print_table(const memra_bench_report *r, FILE *f)
                 c->tok_s, c->host_us, c->bytes / 1e6, c->gbs, 100 * c->frac_bw, c->launches,
                 c->graph_nodes, iso_str(c, iso, sizeof iso), gx);
     }
-    if (!r->n_phases)
-        return;
-    fprintf(f, "\nphases: marginal cost of each op class = median tick with every launch of the "
-               "class issued twice - median tick as planned (%s)\n",
-            r->opts.backend == MEMRA_BENCH_CUDA && r->opts.graphs ? "graph replay" : "eager");
-    fprintf(f, "%4s %6s %-12s %8s %10s %10s %10s %7s\n", "B", "depth", "op", "launches",
-            "base_ms", "doubled_ms", "marginal", "share");
-    for (uint32_t i = 0; i < r->n_phases; i++) {
-        const memra_bench_phase *p = &r->phases[i];
-        fprintf(f, "%4u %6u %-12s %8u %10.3f %10.3f %10.3f %6.1f%%\n", p->tier, p->depth,
-                memra_op_get(p->op)->name, p->launches, p->base_ms, p->doubled_ms,
-                p->marginal_ms, p->base_ms > 0 ? 100 * p->marginal_ms / p->base_ms : 0);
-    }
+    if (r->n_phases)
+        print_phases(r, f);
 }
 
 /* ======================================== JSON ======================================= */

@@ -147,10 +147,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const char *p = (const char *)data + 1;
     size_t n = size - 1;
     switch (data[0] % 4) {
-    case 0: fuzz_encode(p, n, MEMRA_TOKENIZE_PARSE_SPECIAL); break;
-    case 1: fuzz_encode(p, n, 0); break;
-    case 2: fuzz_ids(data + 1, n); break;
-    default: fuzz_chat(p, n); break;
+    case 0:
+        fuzz_encode(p, n, MEMRA_TOKENIZE_PARSE_SPECIAL);
+        break;
+    case 1:
+        fuzz_encode(p, n, 0);
+        break;
+    case 2:
+        fuzz_ids(data + 1, n);
+        break;
+    default:
+        fuzz_chat(p, n);
+        break;
     }
     return 0;
 }

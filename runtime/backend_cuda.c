@@ -344,6 +344,7 @@ typedef struct cuda_launch {
 
 typedef struct cuda_plan {
     memra_plan *plan;
+    cudaEvent_t *prof;       /* opts.profile: [n_launches + 1] timing events (owned) */
     uint32_t *region_map;    /* [n_states] plan region -> slot layout region */
     memra_tick_layout tl;
     void *tick_pinned;       /* tl.bytes of pinned host memory (owned) */
@@ -387,6 +388,7 @@ struct memra_cuda_backend {
     cudaEvent_t ev_start, ev_done;
     memra_kernel_cache *kc;
     launch_ex_fn launch_ex;                /* cuLaunchKernelEx (PDL); NULL: cuLaunchKernel */
+    CUresult (*ctx_reset)(CUdevice);       /* cuDevicePrimaryCtxReset, resolved while healthy */
     dev_weight *w;                         /* [n_w] sorted by host address (file order) */
     uint32_t n_w;
     uint8_t *weights;                      /* device region of info.weight_bytes */
@@ -624,6 +626,10 @@ static int open_device(memra_cuda_backend *be, memra_err *err)
                                                          cudaEnableDefault, &q) == cudaSuccess &&
         q == cudaDriverEntryPointSuccess && fp)
         memcpy(&be->launch_ex, &fp, sizeof fp);
+    fp = NULL;
+    if (cudaGetDriverEntryPointByVersion("cuDevicePrimaryCtxReset", &fp, 12000, cudaEnableDefault,
+                                         &q) == cudaSuccess && q == cudaDriverEntryPointSuccess && fp)
+        memcpy(&be->ctx_reset, &fp, sizeof fp);
     (void)cudaGetLastError();
     be->info.pdl = be->launch_ex != NULL;
     return MEMRA_OK;
@@ -697,6 +703,13 @@ static int setup_buffers(memra_cuda_backend *be, memra_err *err)
             return MEMRA_FAIL(err, MEMRA_ERR_NOMEM, "weight pointers: out of memory");
         for (uint32_t j = 0; j < p->n_weights; j++)
             cp->wdev[j] = be->weights + weight_find(be, p->weights[j].tensor)->off;
+        if (be->opts.profile) {
+            cp->prof = calloc(p->n_launches + 1, sizeof *cp->prof);
+            if (!cp->prof)
+                return MEMRA_FAIL(err, MEMRA_ERR_NOMEM, "profile events: out of memory");
+            for (uint32_t j = 0; j <= p->n_launches; j++)
+                MEMRA_RT_TRY(err, cudaEventCreate(&cp->prof[j]));
+        }
     }
     MEMRA_RT_TRY(err, cudaStreamSynchronize(be->stream));
     return MEMRA_OK;
@@ -810,7 +823,7 @@ static int bind_mmvq_launch(memra_cuda_backend *be, const memra_plan *p, uint32_
     int rc;
     memra_kernel_spec spec;
     char want[MEMRA_KERNEL_KEY_MAX];
-    MEMRA_TRY(memra_mmvq_prepare(&L->a.mmvq, be->info.sm, 0, &L->ml, err));
+    MEMRA_TRY(memra_mmvq_prepare(&L->a.mmvq, be->info.sm, be->opts.mmvq_ksplit, &L->ml, err));
     const int32_t k = p->launches[i].kernel;
     if (k < 0 || (uint32_t)k >= p->n_kernels ||
         memra_kernel_spec_parse(p->kernels[k], be->info.sm, &spec, NULL) != MEMRA_OK ||
@@ -944,10 +957,15 @@ static int enqueue_stage(memra_cuda_backend *be, uint32_t t, uint32_t s, cudaStr
                                           be->arena[s - 1] + q->buffers[q->output].offset,
                                           p->buffers[p->input].bytes, cudaMemcpyDeviceToDevice, st));
     }
+    const int prof = eager && cp->prof;
+    if (prof)
+        MEMRA_RT_TRY(err, cudaEventRecord(cp->prof[0], st));
     for (uint32_t i = 0; i < p->n_launches; i++) {
         const fault *f = eager && be->fault.kind && be->fault.tier == t && s == 0 &&
                                  be->fault.launch == i ? &be->fault : NULL;
         MEMRA_TRY(launch_one(be, cp, i, st, f, err));
+        if (prof)
+            MEMRA_RT_TRY(err, cudaEventRecord(cp->prof[i + 1], st));
         if (eager && be->opts.sync_launches) {
             const cudaError_t e = cudaStreamSynchronize(st);
             if (e != cudaSuccess)
@@ -1062,8 +1080,26 @@ fail:
     return rc;
 }
 
+/* After a sticky error only a new context works. cudaDeviceReset alone is not enough: it
+ * gives up with the sticky error before resetting. So the driver resets the primary context
+ * first (destroying it whoever retains it), then the runtime drops its state for the device. */
+static void reset_device(const memra_cuda_backend *be)
+{
+    CUdevice dev;
+    if (be->ctx_reset && memra_cu()->cuDeviceGet(&dev, be->opts.device) == CUDA_SUCCESS) {
+        const CUresult r = be->ctx_reset(dev);
+        memra_log(MEMRA_LOG_WARN, "cuda backend: primary context of device %d reset after a "
+                  "sticky error (result %d)", be->opts.device, (int)r);
+    }
+    (void)cudaDeviceReset();
+}
+
 static void free_plan(cuda_plan *cp)
 {
+    for (uint32_t i = 0; cp->prof && i <= cp->plan->n_launches; i++)
+        if (cp->prof[i])
+            cudaEventDestroy(cp->prof[i]);
+    free(cp->prof);
     if (cp->tick_pinned)
         cudaFreeHost(cp->tick_pinned);
     if (cp->tick_dev)
@@ -1101,10 +1137,10 @@ void memra_cuda_backend_close(memra_cuda_backend *be)
     if (be->stream)
         cudaStreamDestroy(be->stream);
     if (be->dev_open) {
-        if (be->poisoned) /* a sticky error: only a reset makes the device usable again */
-            cudaDeviceReset();
-        (void)cudaGetLastError();
         memra_cu_device_close(be->opts.device);
+        if (be->poisoned)
+            reset_device(be);
+        (void)cudaGetLastError();
     }
     memra_slot_pool_free(&be->pool);
     memra_slot_layout_free(&be->layout);
@@ -1273,6 +1309,22 @@ static int tick_failed(memra_cuda_backend *be, const memra_cuda_step *st, uint32
     return rc;
 }
 
+/* opts.profile: the launch times of the tick that just finished, summed per op. */
+static void profile_add(memra_cuda_backend *be, uint32_t t)
+{
+    for (uint32_t s = 0; s < be->n_stages; s++) {
+        const cuda_plan *cp = plan_at(be, t, s);
+        for (uint32_t i = 0; i < cp->plan->n_launches; i++) {
+            float ms = 0;
+            if (cudaEventElapsedTime(&ms, cp->prof[i], cp->prof[i + 1]) != cudaSuccess)
+                continue;
+            be->info.op_ms[cp->launches[i].op] += ms;
+            be->info.op_calls[cp->launches[i].op]++;
+        }
+    }
+    be->info.profiled_ticks++;
+}
+
 /* Launch tier t (graph, or eager when asked or when a fault is armed) and wait for it. */
 static int run_tick(memra_cuda_backend *be, uint32_t t, memra_err *err)
 {
@@ -1293,6 +1345,8 @@ static int run_tick(memra_cuda_backend *be, uint32_t t, memra_err *err)
     float ms = 0;
     if (cudaEventElapsedTime(&ms, be->ev_start, be->ev_done) == cudaSuccess)
         be->info.last_tick_ms = ms;
+    if (eager && be->opts.profile)
+        profile_add(be, t);
     return MEMRA_OK;
 fail:
     return rc;

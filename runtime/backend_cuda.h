@@ -44,8 +44,8 @@
  * marked failed (their state is undefined: they can only be retired); the engine keeps
  * serving the others. A sticky error (illegal address, trap, ...) poisons the CUDA context:
  * the message says so, memra_cuda_backend_poisoned() turns true, every later call that
- * needs the device fails with MEMRA_ERR_CUDA, and close resets the device so the process can
- * open a new engine.
+ * needs the device fails with MEMRA_ERR_CUDA, and close resets the device (the driver's primary
+ * context reset, then the runtime's) so the process can open a new engine.
  *
  * Must not: print (logs go through memra_log), allocate or decide anything per tick,
  * patch graph nodes, or touch the GPU from more than one host thread at a time (an engine
@@ -72,6 +72,13 @@ typedef struct memra_cuda_opts {
     int sync_launches;    /* 0 (default); 1: eager ticks synchronize after every launch, so
                              an asynchronous fault names its launch (debugging; slow) */
     uint32_t staging_mib; /* pinned staging chunk of the weight upload, MiB (default 64) */
+    int mmvq_ksplit;      /* 0 (default): the K split mmvq picks from each launch's shape;
+                             1: no split, so every mat-vec is bit-identical to the CPU
+                             reference (slower where a layer has too few outputs to fill the
+                             GPU); 2, 4: forced (tests) */
+    int profile;          /* 0 (default); 1: eager ticks time every launch with CUDA events
+                             and add the times per op to memra_cuda_info.op_ms (the events
+                             serialize PDL overlap: for attribution, not for speed) */
 } memra_cuda_opts;
 
 void memra_cuda_opts_init(memra_cuda_opts *o);
@@ -144,6 +151,9 @@ typedef struct memra_cuda_info {
     uint64_t tick_bytes[MEMRA_PLAN_MAX_TIERS];  /* weight bytes streamed per tick (plan stats) */
     float last_tick_ms;        /* device time of the last successful step (CUDA events) */
     int graphs, pdl;           /* the effective options */
+    double op_ms[MEMRA_OP_COUNT];      /* opts.profile: device ms per op, summed over ticks */
+    uint64_t op_calls[MEMRA_OP_COUNT]; /* opts.profile: launches per op, summed over ticks */
+    uint64_t profiled_ticks;           /* opts.profile: ticks summed into op_ms */
 } memra_cuda_info;
 
 const memra_cuda_info *memra_cuda_backend_info(const memra_cuda_backend *be);

@@ -49,22 +49,28 @@ int memra_chat_detect(const char *tmpl, size_t len, memra_chat_kind *kind, memra
 {
     *kind = MEMRA_CHAT_NONE;
     if (!tmpl || !len)
-        return MEMRA_FAIL(err, MEMRA_ERR_NOT_FOUND, "the model carries no chat template "
+        return MEMRA_FAIL(err, MEMRA_ERR_NOT_FOUND,
+                          "the model carries no chat template "
                           "(tokenizer.chat_template); use plain completion");
     for (size_t i = 0; i < sizeof k_markers / sizeof k_markers[0]; i++)
         if (!contains(tmpl, len, k_markers[i]))
-            return MEMRA_FAIL(err, MEMRA_ERR_UNSUPPORTED, "chat template not recognized as "
-                              "Qwen3.5/3.6: it lacks \"%s\"", k_markers[i]);
+            return MEMRA_FAIL(err, MEMRA_ERR_UNSUPPORTED,
+                              "chat template not recognized as "
+                              "Qwen3.5/3.6: it lacks \"%s\"",
+                              k_markers[i]);
     for (size_t i = 0; i < sizeof k_refused / sizeof k_refused[0]; i++)
         if (contains(tmpl, len, k_refused[i]))
-            return MEMRA_FAIL(err, MEMRA_ERR_UNSUPPORTED, "chat template uses \"%s\", which "
-                              "memra's Qwen3.5/3.6 renderer does not implement", k_refused[i]);
+            return MEMRA_FAIL(err, MEMRA_ERR_UNSUPPORTED,
+                              "chat template uses \"%s\", which "
+                              "memra's Qwen3.5/3.6 renderer does not implement",
+                              k_refused[i]);
     if (contains(tmpl, len, k_qwen36_keep))
         *kind = MEMRA_CHAT_QWEN36;
     else if (contains(tmpl, len, k_qwen35_keep) && !contains(tmpl, len, "preserve_thinking"))
         *kind = MEMRA_CHAT_QWEN35;
     else
-        return MEMRA_FAIL(err, MEMRA_ERR_UNSUPPORTED, "chat template not recognized: neither "
+        return MEMRA_FAIL(err, MEMRA_ERR_UNSUPPORTED,
+                          "chat template not recognized: neither "
                           "the Qwen3.5 nor the Qwen3.6 thinking-history rule is present");
     return MEMRA_OK;
 }
@@ -72,9 +78,12 @@ int memra_chat_detect(const char *tmpl, size_t len, memra_chat_kind *kind, memra
 const char *memra_chat_kind_name(memra_chat_kind kind)
 {
     switch (kind) {
-    case MEMRA_CHAT_QWEN35: return "qwen3.5";
-    case MEMRA_CHAT_QWEN36: return "qwen3.6";
-    default: return "none";
+    case MEMRA_CHAT_QWEN35:
+        return "qwen3.5";
+    case MEMRA_CHAT_QWEN36:
+        return "qwen3.6";
+    default:
+        return "none";
     }
 }
 
@@ -221,12 +230,21 @@ static void put(sbuf *b, const char *s, size_t n)
     b->p[b->n] = '\0';
 }
 
-static void puts_(sbuf *b, const char *s) { put(b, s, strlen(s)); }
-static void putv(sbuf *b, view v) { put(b, v.p, v.n); }
+static void puts_(sbuf *b, const char *s)
+{
+    put(b, s, strlen(s));
+}
+static void putv(sbuf *b, view v)
+{
+    put(b, v.p, v.n);
+}
 
 /* ============================================================ rendering */
 
-static int role_is(const memra_chat_msg *m, const char *r) { return m->role && !strcmp(m->role, r); }
+static int role_is(const memra_chat_msg *m, const char *r)
+{
+    return m->role && !strcmp(m->role, r);
+}
 
 /* The template's reverse scan: the last user message that is not a bare tool response. */
 static int last_query_index(const memra_chat_msg *msgs, size_t n, size_t *out, memra_err *err)
@@ -303,8 +321,10 @@ static int render_messages(sbuf *b, memra_chat_kind kind, const memra_chat_msg *
             if (i + 1 == n || !role_is(&msgs[i + 1], "tool"))
                 puts_(b, "<|im_end|>\n");
         } else {
-            return MEMRA_FAIL(err, MEMRA_ERR_INVALID_ARG, "Unexpected message role. (message "
-                              "%zu: \"%s\")", i, m->role ? m->role : "(null)");
+            return MEMRA_FAIL(err, MEMRA_ERR_INVALID_ARG,
+                              "Unexpected message role. (message "
+                              "%zu: \"%s\")",
+                              i, m->role ? m->role : "(null)");
         }
     }
     return MEMRA_OK;
@@ -316,8 +336,10 @@ static int check_utf8(const memra_chat_msg *msgs, size_t n, memra_err *err)
         const char *f[2] = {msgs[i].content, msgs[i].reasoning_content};
         for (int k = 0; k < 2; k++)
             if (f[k] && memra_utf8_valid_prefix(f[k], strlen(f[k])) != strlen(f[k]))
-                return MEMRA_FAIL(err, MEMRA_ERR_INVALID_ARG, "message %zu: %s is not valid "
-                                  "UTF-8", i, k ? "reasoning_content" : "content");
+                return MEMRA_FAIL(err, MEMRA_ERR_INVALID_ARG,
+                                  "message %zu: %s is not valid "
+                                  "UTF-8",
+                                  i, k ? "reasoning_content" : "content");
     }
     return MEMRA_OK;
 }

@@ -149,8 +149,7 @@ static size_t utf8_decode(const uint8_t *s, size_t n, uint32_t *cp)
     else if (adv == 3)
         *cp = ((c & 0x0Fu) << 12) | ((s[1] & 0x3Fu) << 6) | (s[2] & 0x3Fu);
     else
-        *cp = ((c & 0x07u) << 18) | ((s[1] & 0x3Fu) << 12) | ((s[2] & 0x3Fu) << 6) |
-              (s[3] & 0x3Fu);
+        *cp = ((c & 0x07u) << 18) | ((s[1] & 0x3Fu) << 12) | ((s[2] & 0x3Fu) << 6) | (s[3] & 0x3Fu);
     return adv;
 }
 
@@ -189,7 +188,10 @@ static uint32_t byte_to_cp(unsigned b)
 
 /* ============================================================ hash tables */
 
-static uint64_t hash_bytes(const char *s, size_t n) { return XXH3_64bits(s, n); }
+static uint64_t hash_bytes(const char *s, size_t n)
+{
+    return XXH3_64bits(s, n);
+}
 
 static uint64_t pow2_at_least(uint64_t n)
 {
@@ -209,21 +211,21 @@ typedef struct merge_slot {
 
 struct memra_tokenizer {
     uint32_t n_tokens;
-    char *text;           /* all token texts back to back */
-    uint64_t *text_off;   /* [n_tokens + 1] */
-    char *bytes;          /* the raw bytes each token decodes to, back to back */
-    uint64_t *bytes_off;  /* [n_tokens + 1] */
-    uint8_t *type;        /* [n_tokens] memra_token_type */
-    uint8_t *eog;         /* [n_tokens] 1 = ends generation */
+    char *text;          /* all token texts back to back */
+    uint64_t *text_off;  /* [n_tokens + 1] */
+    char *bytes;         /* the raw bytes each token decodes to, back to back */
+    uint64_t *bytes_off; /* [n_tokens + 1] */
+    uint8_t *type;       /* [n_tokens] memra_token_type */
+    uint8_t *eog;        /* [n_tokens] 1 = ends generation */
 
-    int32_t *vocab_slot;  /* [vocab_mask + 1] token id or -1 */
+    int32_t *vocab_slot; /* [vocab_mask + 1] token id or -1 */
     uint64_t vocab_mask;
-    merge_slot *merge;    /* [merge_mask + 1] */
+    merge_slot *merge; /* [merge_mask + 1] */
     uint64_t merge_mask;
     uint32_t n_merges;
     int32_t byte_token[256];
 
-    int32_t *special;     /* [n_special] added-token ids by (first byte, longest text first) */
+    int32_t *special; /* [n_special] added-token ids by (first byte, longest text first) */
     uint32_t n_special;
     uint32_t special_lo[256], special_hi[256]; /* special[lo..hi) start with this byte */
     uint8_t special_first[256]; /* bit 1: some USER_DEFINED starts with this byte, 2: CONTROL */
@@ -232,7 +234,7 @@ struct memra_tokenizer {
     char model[16], pre[16];
     int32_t bos, eos, eot, pad, unk;
     int add_bos, add_eos;
-    char *chat_template;  /* NUL-terminated copy, or NULL */
+    char *chat_template; /* NUL-terminated copy, or NULL */
     size_t chat_template_len;
 };
 
@@ -272,7 +274,10 @@ static int vocab_insert(memra_tokenizer *t, int32_t id)
     }
 }
 
-static uint64_t merge_key(int32_t a, int32_t b) { return ((uint64_t)(uint32_t)a << 32) | (uint32_t)b; }
+static uint64_t merge_key(int32_t a, int32_t b)
+{
+    return ((uint64_t)(uint32_t)a << 32) | (uint32_t)b;
+}
 
 static const merge_slot *merge_find(const memra_tokenizer *t, int32_t a, int32_t b)
 {
@@ -346,8 +351,7 @@ static int compile_pre(memra_tokenizer *t, const char *pre, memra_err *err)
             pattern = k_pre[i].pattern;
     if (!pattern)
         return MEMRA_FAIL(err, MEMRA_ERR_UNSUPPORTED,
-                          "tokenizer.ggml.pre \"%s\" is not supported (known: qwen35, qwen2)",
-                          pre);
+                          "tokenizer.ggml.pre \"%s\" is not supported (known: qwen35, qwen2)", pre);
     int ec;
     PCRE2_SIZE eo;
     /* UTF: the subject is UTF-8; UCP: \s, \p{..} and caseless matching use Unicode
@@ -413,8 +417,10 @@ static int load_tokens(memra_tokenizer *t, const memra_tokenizer_desc *d, memra_
     for (uint32_t i = 0; i < d->n_tokens; i++) {
         int32_t ty = d->token_types ? d->token_types[i] : MEMRA_TOKEN_NORMAL;
         if (ty < MEMRA_TOKEN_UNDEFINED || ty > MEMRA_TOKEN_BYTE)
-            return MEMRA_FAIL(err, MEMRA_ERR_FORMAT, "tokenizer.ggml.token_type[%u] = %d is not a "
-                              "token type (0..6)", i, ty);
+            return MEMRA_FAIL(err, MEMRA_ERR_FORMAT,
+                              "tokenizer.ggml.token_type[%u] = %d is not a "
+                              "token type (0..6)",
+                              i, ty);
         t->type[i] = (uint8_t)ty;
         t->text_off[i] = off;
         if (d->tokens[i].len)
@@ -485,7 +491,8 @@ static int load_bytes(memra_tokenizer *t, memra_err *err)
         size_t n = utf8_encode(byte_to_cp(b), u);
         t->byte_token[b] = memra_tokenizer_find(t, u, n);
         if (t->byte_token[b] < 0)
-            return MEMRA_FAIL(err, MEMRA_ERR_FORMAT, "vocabulary has no byte-level token for "
+            return MEMRA_FAIL(err, MEMRA_ERR_FORMAT,
+                              "vocabulary has no byte-level token for "
                               "byte 0x%02x (\"%.*s\"): not a gpt2 byte-level vocabulary",
                               b, (int)n, u);
     }
@@ -512,8 +519,10 @@ static int load_merges(memra_tokenizer *t, const memra_tokenizer_desc *d, memra_
          * after position 0 separates the halves */
         const char *sp = n > 1 && m ? memchr(m + 1, ' ', n - 1) : NULL;
         if (!sp) {
-            rc = MEMRA_FAIL(err, MEMRA_ERR_FORMAT, "tokenizer.ggml.merges[%u] \"%.*s\" is not "
-                            "\"left right\"", r, (int)(n > 64 ? 64 : n), m ? m : "");
+            rc = MEMRA_FAIL(err, MEMRA_ERR_FORMAT,
+                            "tokenizer.ggml.merges[%u] \"%.*s\" is not "
+                            "\"left right\"",
+                            r, (int)(n > 64 ? 64 : n), m ? m : "");
             goto fail;
         }
         size_t nl = (size_t)(sp - m), nr = n - nl - 1;
@@ -531,9 +540,13 @@ static int load_merges(memra_tokenizer *t, const memra_tokenizer_desc *d, memra_
         memcpy(cat + nl, sp + 1, nr);
         int32_t ab = memra_tokenizer_find(t, cat, nl + nr);
         if (a < 0 || b < 0 || ab < 0) {
-            rc = MEMRA_FAIL(err, MEMRA_ERR_FORMAT, "tokenizer.ggml.merges[%u] \"%.*s\": %s is "
-                            "not in the vocabulary", r, (int)(n > 64 ? 64 : n), m,
-                            a < 0 ? "the left half" : b < 0 ? "the right half" : "the merged text");
+            rc = MEMRA_FAIL(err, MEMRA_ERR_FORMAT,
+                            "tokenizer.ggml.merges[%u] \"%.*s\": %s is "
+                            "not in the vocabulary",
+                            r, (int)(n > 64 ? 64 : n), m,
+                            a < 0   ? "the left half"
+                            : b < 0 ? "the right half"
+                                    : "the merged text");
             goto fail;
         }
         merge_insert(t, a, b, r, ab);
@@ -602,13 +615,17 @@ static int check_scalars(memra_tokenizer *t, const memra_tokenizer_desc *d, memr
     const struct {
         const char *key;
         int32_t v;
-    } ids[] = {{"bos_token_id", d->bos_id}, {"eos_token_id", d->eos_id},
-               {"eot_token_id", d->eot_id}, {"padding_token_id", d->pad_id},
+    } ids[] = {{"bos_token_id", d->bos_id},
+               {"eos_token_id", d->eos_id},
+               {"eot_token_id", d->eot_id},
+               {"padding_token_id", d->pad_id},
                {"unknown_token_id", d->unk_id}};
     for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++)
         if (ids[i].v < -1 || (ids[i].v >= 0 && (uint32_t)ids[i].v >= d->n_tokens))
-            return MEMRA_FAIL(err, MEMRA_ERR_FORMAT, "tokenizer.ggml.%s = %d is outside the "
-                              "vocabulary (%u tokens)", ids[i].key, ids[i].v, d->n_tokens);
+            return MEMRA_FAIL(err, MEMRA_ERR_FORMAT,
+                              "tokenizer.ggml.%s = %d is outside the "
+                              "vocabulary (%u tokens)",
+                              ids[i].key, ids[i].v, d->n_tokens);
     t->bos = d->bos_id;
     t->eos = d->eos_id;
     t->eot = d->eot_id;
@@ -637,14 +654,17 @@ int memra_tokenizer_open(const memra_tokenizer_desc *d, memra_tokenizer **out, m
         goto fail;
     }
     if (strcmp(d->model, "gpt2") != 0) {
-        rc = MEMRA_FAIL(err, MEMRA_ERR_UNSUPPORTED, "tokenizer.ggml.model \"%s\" is not "
-                        "supported (only \"gpt2\", byte-level BPE)", d->model);
+        rc = MEMRA_FAIL(err, MEMRA_ERR_UNSUPPORTED,
+                        "tokenizer.ggml.model \"%s\" is not "
+                        "supported (only \"gpt2\", byte-level BPE)",
+                        d->model);
         goto fail;
     }
-    if (d->n_tokens == 0 || d->n_tokens > INT32_MAX || !d->tokens ||
-        (d->n_merges && !d->merges)) {
-        rc = MEMRA_FAIL(err, MEMRA_ERR_FORMAT, "tokenizer: %u tokens, %u merges: empty or "
-                        "missing arrays", d->n_tokens, d->n_merges);
+    if (d->n_tokens == 0 || d->n_tokens > INT32_MAX || !d->tokens || (d->n_merges && !d->merges)) {
+        rc = MEMRA_FAIL(err, MEMRA_ERR_FORMAT,
+                        "tokenizer: %u tokens, %u merges: empty or "
+                        "missing arrays",
+                        d->n_tokens, d->n_merges);
         goto fail;
     }
     t = calloc(1, sizeof *t);
@@ -675,8 +695,10 @@ static int gguf_str(const memra_gguf *g, const char *key, char *buf, size_t n, i
                     memra_err *err)
 {
     if (memra_gguf_find_kv(g, key) < 0)
-        return required ? MEMRA_FAIL(err, MEMRA_ERR_UNSUPPORTED, "%s is missing: the "
-                                     "tokenizer is not guessed", key)
+        return required ? MEMRA_FAIL(err, MEMRA_ERR_UNSUPPORTED,
+                                     "%s is missing: the "
+                                     "tokenizer is not guessed",
+                                     key)
                         : MEMRA_ERR_NOT_FOUND;
     return memra_gguf_get_str(g, key, buf, n, err);
 }
@@ -757,8 +779,10 @@ int memra_tokenizer_open_gguf(const memra_gguf *g, memra_tokenizer **out, memra_
     d.model = model;
     d.pre = pre;
     if (strcmp(model, "gpt2") != 0) { /* refuse before reading arrays we cannot use */
-        rc = MEMRA_FAIL(err, MEMRA_ERR_UNSUPPORTED, "tokenizer.ggml.model \"%s\" is not "
-                        "supported (only \"gpt2\", byte-level BPE)", model);
+        rc = MEMRA_FAIL(err, MEMRA_ERR_UNSUPPORTED,
+                        "tokenizer.ggml.model \"%s\" is not "
+                        "supported (only \"gpt2\", byte-level BPE)",
+                        model);
         goto fail;
     }
     MEMRA_TRY(gguf_str_array(g, "tokenizer.ggml.tokens", &tokens, &d.n_tokens, err));
@@ -796,11 +820,26 @@ fail:
 
 /* ============================================================ accessors */
 
-uint32_t memra_tokenizer_n_vocab(const memra_tokenizer *t) { return t->n_tokens; }
-int32_t memra_tokenizer_bos(const memra_tokenizer *t) { return t->bos; }
-int32_t memra_tokenizer_eos(const memra_tokenizer *t) { return t->eos; }
-int32_t memra_tokenizer_pad(const memra_tokenizer *t) { return t->pad; }
-const char *memra_tokenizer_pre(const memra_tokenizer *t) { return t->pre; }
+uint32_t memra_tokenizer_n_vocab(const memra_tokenizer *t)
+{
+    return t->n_tokens;
+}
+int32_t memra_tokenizer_bos(const memra_tokenizer *t)
+{
+    return t->bos;
+}
+int32_t memra_tokenizer_eos(const memra_tokenizer *t)
+{
+    return t->eos;
+}
+int32_t memra_tokenizer_pad(const memra_tokenizer *t)
+{
+    return t->pad;
+}
+const char *memra_tokenizer_pre(const memra_tokenizer *t)
+{
+    return t->pre;
+}
 
 int memra_tokenizer_is_eog(const memra_tokenizer *t, int32_t id)
 {
@@ -1012,8 +1051,8 @@ static int encode_segment(const memra_tokenizer *t, bpe_scratch *s, const char *
         if (m < 0) {
             PCRE2_UCHAR msg[128];
             pcre2_get_error_message(m, msg, sizeof msg);
-            return MEMRA_FAIL(err, MEMRA_ERR_TOKENIZER, "pre-tokenizer match at byte %zu: %s",
-                              off, (const char *)msg);
+            return MEMRA_FAIL(err, MEMRA_ERR_TOKENIZER, "pre-tokenizer match at byte %zu: %s", off,
+                              (const char *)msg);
         }
         const PCRE2_SIZE *ov = pcre2_get_ovector_pointer(s->md);
         size_t ms = ov[0], me = ov[1];
@@ -1052,8 +1091,8 @@ static int32_t find_special(const memra_tokenizer *t, const char *s, size_t n, s
     return -1;
 }
 
-int memra_tokenizer_encode(const memra_tokenizer *t, const char *text, size_t len,
-                           unsigned flags, memra_token_buf *out, memra_err *err)
+int memra_tokenizer_encode(const memra_tokenizer *t, const char *text, size_t len, unsigned flags,
+                           memra_token_buf *out, memra_err *err)
 {
     int rc;
     char *clean = NULL;
@@ -1106,8 +1145,10 @@ int memra_tokenizer_piece(const memra_tokenizer *t, int32_t id, unsigned flags,
                           memra_tok_str *piece, memra_err *err)
 {
     if (id < 0 || (uint32_t)id >= t->n_tokens)
-        return MEMRA_FAIL(err, MEMRA_ERR_INVALID_ARG, "token id %d is outside the vocabulary "
-                          "(%u tokens)", id, t->n_tokens);
+        return MEMRA_FAIL(err, MEMRA_ERR_INVALID_ARG,
+                          "token id %d is outside the vocabulary "
+                          "(%u tokens)",
+                          id, t->n_tokens);
     uint8_t ty = t->type[id];
     piece->ptr = t->bytes + t->bytes_off[id];
     piece->len = (size_t)(t->bytes_off[id + 1] - t->bytes_off[id]);
@@ -1117,8 +1158,8 @@ int memra_tokenizer_piece(const memra_tokenizer *t, int32_t id, unsigned flags,
     return MEMRA_OK;
 }
 
-int memra_tokenizer_decode(const memra_tokenizer *t, const int32_t *ids, size_t n,
-                           unsigned flags, char **buf, size_t *len, memra_err *err)
+int memra_tokenizer_decode(const memra_tokenizer *t, const int32_t *ids, size_t n, unsigned flags,
+                           char **buf, size_t *len, memra_err *err)
 {
     size_t total = *len;
     memra_tok_str p = {NULL, 0};
@@ -1144,11 +1185,11 @@ int memra_tokenizer_decode(const memra_tokenizer *t, const int32_t *ids, size_t 
 struct memra_detok {
     const memra_tokenizer *t; /* borrowed */
     unsigned flags;
-    uint8_t held[4];          /* an incomplete UTF-8 sequence (at most 3 bytes) */
+    uint8_t held[4]; /* an incomplete UTF-8 sequence (at most 3 bytes) */
     size_t n_held;
-    uint8_t *in;              /* [in_cap] held bytes + the new piece */
+    uint8_t *in; /* [in_cap] held bytes + the new piece */
     size_t in_cap;
-    char *out;                /* [out_cap] the text returned by the last call */
+    char *out; /* [out_cap] the text returned by the last call */
     size_t out_cap;
 };
 
@@ -1163,7 +1204,10 @@ int memra_detok_open(const memra_tokenizer *t, unsigned flags, memra_detok **out
     return MEMRA_OK;
 }
 
-void memra_detok_reset(memra_detok *d) { d->n_held = 0; }
+void memra_detok_reset(memra_detok *d)
+{
+    d->n_held = 0;
+}
 
 void memra_detok_close(memra_detok *d)
 {

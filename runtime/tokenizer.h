@@ -33,7 +33,7 @@
 /* tokenizer.ggml.token_type values (llama.cpp's llama_token_type; GGUF stores INT32). */
 typedef enum memra_token_type {
     MEMRA_TOKEN_UNDEFINED = 0,
-    MEMRA_TOKEN_NORMAL = 1,       /* byte-level BPE text; decoded through bytes_to_unicode */
+    MEMRA_TOKEN_NORMAL = 1, /* byte-level BPE text; decoded through bytes_to_unicode */
     MEMRA_TOKEN_UNKNOWN = 2,
     MEMRA_TOKEN_CONTROL = 3,      /* special: <|im_start|>; matched only with PARSE_SPECIAL */
     MEMRA_TOKEN_USER_DEFINED = 4, /* added, not special: <think>; always matched */
@@ -50,16 +50,16 @@ typedef struct memra_tok_str {
 /* Everything a tokenizer is built from: exactly the GGUF tokenizer metadata. All pointers
  * are borrowed for the duration of memra_tokenizer_open() only. */
 typedef struct memra_tokenizer_desc {
-    const char *model;               /* tokenizer.ggml.model: only "gpt2" */
-    const char *pre;                 /* tokenizer.ggml.pre: "qwen35" or "qwen2" */
-    uint32_t n_tokens;               /* n_vocab */
-    const memra_tok_str *tokens;     /* [n_tokens] tokenizer.ggml.tokens, in id order */
-    const int32_t *token_types;      /* [n_tokens] tokenizer.ggml.token_type; NULL: NORMAL */
+    const char *model;           /* tokenizer.ggml.model: only "gpt2" */
+    const char *pre;             /* tokenizer.ggml.pre: "qwen35" or "qwen2" */
+    uint32_t n_tokens;           /* n_vocab */
+    const memra_tok_str *tokens; /* [n_tokens] tokenizer.ggml.tokens, in id order */
+    const int32_t *token_types;  /* [n_tokens] tokenizer.ggml.token_type; NULL: NORMAL */
     uint32_t n_merges;
-    const memra_tok_str *merges;     /* [n_merges] "left right", rank = index */
+    const memra_tok_str *merges;                    /* [n_merges] "left right", rank = index */
     int32_t bos_id, eos_id, eot_id, pad_id, unk_id; /* -1 when absent */
-    int add_bos, add_eos;            /* tokenizer.ggml.add_bos_token / add_eos_token */
-    memra_tok_str chat_template;     /* tokenizer.chat_template; ptr NULL when absent */
+    int add_bos, add_eos;        /* tokenizer.ggml.add_bos_token / add_eos_token */
+    memra_tok_str chat_template; /* tokenizer.chat_template; ptr NULL when absent */
 } memra_tokenizer_desc;
 
 /* A desc with every id -1, flags 0 and no arrays. */
@@ -70,8 +70,7 @@ struct memra_gguf;
 
 int memra_tokenizer_open(const memra_tokenizer_desc *d, memra_tokenizer **out, memra_err *err);
 /* Reads the tokenizer.* keys of an opened GGUF (borrowed only during the call). */
-int memra_tokenizer_open_gguf(const struct memra_gguf *g, memra_tokenizer **out,
-                              memra_err *err);
+int memra_tokenizer_open_gguf(const struct memra_gguf *g, memra_tokenizer **out, memra_err *err);
 void memra_tokenizer_close(memra_tokenizer *t); /* NULL is a no-op */
 
 uint32_t memra_tokenizer_n_vocab(const memra_tokenizer *t);
@@ -107,8 +106,8 @@ enum {
 
 /* Appends the ids of text[0..len) to out. Any bytes are accepted (see the header comment for
  * invalid UTF-8). MEMRA_ERR_NOMEM, or MEMRA_ERR_TOKENIZER if the regex engine fails. */
-int memra_tokenizer_encode(const memra_tokenizer *t, const char *text, size_t len,
-                           unsigned flags, memra_token_buf *out, memra_err *err);
+int memra_tokenizer_encode(const memra_tokenizer *t, const char *text, size_t len, unsigned flags,
+                           memra_token_buf *out, memra_err *err);
 
 /* ---- decoding ---- */
 enum {
@@ -125,8 +124,8 @@ int memra_tokenizer_piece(const memra_tokenizer *t, int32_t id, unsigned flags,
 /* Appends the concatenated raw bytes of ids to *buf (realloc'ed; caller frees). Exact
  * inverse of encode for valid UTF-8 text; not UTF-8-sanitized (use the detokenizer for
  * display). */
-int memra_tokenizer_decode(const memra_tokenizer *t, const int32_t *ids, size_t n,
-                           unsigned flags, char **buf, size_t *len, memra_err *err);
+int memra_tokenizer_decode(const memra_tokenizer *t, const int32_t *ids, size_t n, unsigned flags,
+                           char **buf, size_t *len, memra_err *err);
 
 /* Streaming detokenizer: push ids one at a time (as they are sampled) and get back only
  * complete UTF-8 text. Bytes of a sequence split across tokens are held until complete;
@@ -136,8 +135,7 @@ int memra_tokenizer_decode(const memra_tokenizer *t, const int32_t *ids, size_t 
 typedef struct memra_detok memra_detok;
 int memra_detok_open(const memra_tokenizer *t, unsigned flags, memra_detok **out,
                      memra_err *err); /* t is borrowed and must outlive the handle */
-int memra_detok_push(memra_detok *d, int32_t id, const char **text, size_t *len,
-                     memra_err *err);
+int memra_detok_push(memra_detok *d, int32_t id, const char **text, size_t *len, memra_err *err);
 int memra_detok_flush(memra_detok *d, const char **text, size_t *len, memra_err *err);
 void memra_detok_reset(memra_detok *d);
 void memra_detok_close(memra_detok *d);
@@ -147,7 +145,6 @@ void memra_detok_close(memra_detok *d);
  * surrogates, nothing above U+10FFFF). */
 size_t memra_utf8_valid_prefix(const char *s, size_t len);
 /* Copies s to *out (malloc'ed) replacing each maximal invalid subpart with U+FFFD. */
-int memra_utf8_sanitize(const char *s, size_t len, char **out, size_t *out_len,
-                        memra_err *err);
+int memra_utf8_sanitize(const char *s, size_t len, char **out, size_t *out_len, memra_err *err);
 
 #endif

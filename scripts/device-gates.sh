@@ -3,47 +3,54 @@
 # printed last (the device tool returns the tail of the output).
 #
 #   scripts/device-gates.sh carry    HERE (build machine): build the GPU binaries and copy them
-#                                    and the non-system libraries they need into .carry/
-#   scripts/device-gates.sh          THERE (GPU machine, repository root, .carry/ carried):
-#     1. memra-gpu-tests             the op tests (CUDA kernels vs CPU references, NVRTC mmvq)
+#                                    and the non-system libraries they need into
+#                                    .carry/cudabackend/ (ignored by git; name it in `carry`)
+#   scripts/device-gates.sh          THERE (GPU machine, repository root, that folder carried):
+#     1. memra-gpu-tests, memra-gpu-ops-tests   the op tests (NVRTC mmvq; nvcc kernels vs CPU)
 #     2. forge the 0.8b preset       memra-forge on the device's cores (0.5 GB: too big to carry)
 #     3. memra-gpu-backend-tests     the CUDA backend gates on `tiny` and on the 0.8b model:
 #                                    isolation, graph == eager, stages, CPU agreement, failure
 #                                    handling, tick times per tier
 #     4. memra-run --backend cuda    a short generation on 0.8b (graph, eager) and on tiny, each
 #                                    checked against the CPU (ids equal)
-# Logs go to $OUT (when set) or ./out; the NVRTC cubin cache is packed into kcache.tgz there, and
-# a .carry/kcache.tgz carried back in is unpacked first, so later runs skip the compiles.
+# Logs come back in $OUT (when set; else ./out); the NVRTC cubin cache is packed into kcache.tgz, and
+# a .carry/cudabackend/kcache.tgz carried back in is unpacked first, so later runs skip them.
 # Every step has a time limit, so the table always prints.
 set -u
 cd "$(dirname "$0")/.."
 root=$PWD
+carry=$root/.carry/cudabackend
 
 if [ "${1:-}" = carry ]; then
   set -e
   build=${BUILD:-build-cudabackend}
   cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
   targets="memra-gpu-backend-tests memra-run memra-plan memra-forge"
-  if cmake --build "$build" --target help | grep -q 'memra-gpu-tests'; then
-    targets="memra-gpu-tests $targets"
-  fi
   cmake --build "$build" -j2 --target $targets
-  mkdir -p .carry/bin .carry/lib
-  for t in $targets; do cp -u "$build/$t" .carry/bin/; done
-  /work/shared/tools/device-libs.sh .carry/lib .carry/bin/* >/dev/null
-  echo "$root" >.carry/srcdir # the source-tree path baked into the binaries
-  du -sh .carry
+  for t in memra-gpu-tests memra-gpu-ops-tests; do # the op tests, when their areas build
+    cmake --build "$build" -j2 --target $t >/dev/null 2>&1 && targets="$t $targets" ||
+      echo "device-gates: $t does not build now; not carried" >&2
+  done
+  mkdir -p "$carry/bin" "$carry/lib"
+  for t in $targets; do strip --strip-debug -o "$carry/bin/$t" "$build/$t"; done
+  /work/shared/tools/device-libs.sh "$carry/lib" "$carry"/bin/* >/dev/null
+  echo "$root" >"$carry/srcdir" # the source-tree path baked into the binaries
+  du -sh "$carry"
   exit 0
 fi
 
-out=${OUT:-$root/out}
-mkdir -p "$out"
-bin=$root/.carry/bin
-export LD_LIBRARY_PATH=$root/.carry/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+dest=${OUT:-$root/out} # what comes back: gates.log gpu-ops.log run.log kcache.tgz (<= 8 files)
+out=/tmp/memra-gates  # every log, while the steps run
+mkdir -p "$dest" "$out"
+bin=$carry/bin
+export LD_LIBRARY_PATH=$carry/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do # libnvrtc
+  [ -d "$d" ] && LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$d
+done
 export CK_FORK=no
 # The binaries carry the source-tree path of the build machine (plans/, test data): make it
 # resolve to this copy of the tree.
-src=$(cat .carry/srcdir 2>/dev/null)
+src=$(cat "$carry/srcdir" 2>/dev/null)
 if [ -n "$src" ] && [ "$src" != "$root" ] && [ ! -e "$src" ]; then
   mkdir -p "$(dirname "$src")" && ln -s "$root" "$src"
 fi
@@ -53,7 +60,7 @@ deadline=$(($(date +%s) + ${BUDGET:-330})) # seconds this script may take in all
 lim() { local l=$((deadline - $(date +%s) - 20)); [ $l -gt "$1" ] && l=$1; [ $l -lt 1 ] && l=1; echo $l; }
 export XDG_CACHE_HOME=/tmp/memra-cache
 mkdir -p "$XDG_CACHE_HOME"
-[ -f .carry/kcache.tgz ] && tar -xzf .carry/kcache.tgz -C "$XDG_CACHE_HOME"
+[ -f "$carry/kcache.tgz" ] && tar -xzf "$carry/kcache.tgz" -C "$XDG_CACHE_HOME"
 
 rows=()
 row() { rows+=("$(printf '%-34s %-6s %7s  %s' "$1" "$2" "$3" "$4")"); }
@@ -71,14 +78,18 @@ t_forge=$(now)
 forge_pid=$!
 
 # 1. op tests
-if [ -x "$bin/memra-gpu-tests" ]; then
-  t0=$(now)
-  timeout "$(lim 100)" "$bin/memra-gpu-tests" >"$out/gpu-ops.log" 2>&1
-  rc=$?
-  row "memra-gpu-tests (ops)" "$([ $rc = 0 ] && echo PASS || echo FAIL)" "$(dt "$t0")" "$(checks "$out/gpu-ops.log")"
-else
-  row "memra-gpu-tests (ops)" "-" "" "not built"
-fi
+: >"$out/gpu-ops.log"
+for t in memra-gpu-tests memra-gpu-ops-tests; do
+  if [ -x "$bin/$t" ]; then
+    t0=$(now)
+    timeout "$(lim ${OPS_LIMIT:-45})" "$bin/$t" >"$out/$t.log" 2>&1
+    rc=$?
+    cat "$out/$t.log" >>"$out/gpu-ops.log"
+    row "$t" "$([ $rc = 0 ] && echo PASS || echo FAIL)" "$(dt "$t0")" "$(checks "$out/$t.log")"
+  else
+    row "$t" "-" "" "not built"
+  fi
+done
 
 wait $forge_pid
 forge_rc=$?
@@ -123,7 +134,11 @@ done
     >"$out/run-0.8b-long.txt" 2>>"$out/run.log" && \
   row "memra-run cuda 0.8b 256 tokens" PASS "" "$(grep -Eo 'median [0-9.]+ ms, p99 [0-9.]+ ms \([0-9.]+ tokens/s' "$out/run.log" | tail -1)"
 
-tar -czf "$out/kcache.tgz" -C "$XDG_CACHE_HOME" . 2>/dev/null
+tar -czf "$dest/kcache.tgz" -C "$XDG_CACHE_HOME" . 2>/dev/null
+for f in "$out"/run-*.txt "$out/forge.log"; do
+  [ -f "$f" ] && { echo "==== $(basename "$f")"; tail -5 "$f"; } >>"$out/run.log"
+done
+cp "$out/gates.log" "$out/gpu-ops.log" "$out/run.log" "$dest/" 2>/dev/null
 
 echo
 echo "==== gates.log (summary lines) ===="

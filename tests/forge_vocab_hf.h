@@ -38,10 +38,10 @@ typedef struct memra_vocab_hf {
     uint32_t n_base;           /* tokens from the ranks file */
     uint32_t n_added;          /* tokens from added_tokens_decoder */
     /* owned storage */
-    memra_tok_str *tokens;     /* [desc.n_tokens] */
-    int32_t *types;            /* [desc.n_tokens] */
-    memra_tok_str *merges;     /* [desc.n_merges] */
-    char *arena;               /* token and merge texts */
+    memra_tok_str *tokens; /* [desc.n_tokens] */
+    int32_t *types;        /* [desc.n_tokens] */
+    memra_tok_str *merges; /* [desc.n_merges] */
+    char *arena;           /* token and merge texts */
     char *chat_template;
 } memra_vocab_hf;
 

@@ -144,8 +144,9 @@ START_TEST(test_corpus_ids)
     size_t n_corpus, n_cases;
     char *corpus = slurp("tests/data/tokenizer/corpus.txt", &n_corpus);
     /* the committed corpus is >= 100 KB and every byte of it is in some case */
-    ck_assert_uint_eq(check_expected(g_tok, "tests/data/tokenizer/expected.txt", corpus, n_corpus,
-                                     &n_cases), n_corpus);
+    ck_assert_uint_eq(
+        check_expected(g_tok, "tests/data/tokenizer/expected.txt", corpus, n_corpus, &n_cases),
+        n_corpus);
     ck_assert_uint_ge(n_corpus, 100 * 1024);
     ck_assert_uint_ge(n_cases, 50);
     free(corpus);
@@ -201,8 +202,9 @@ START_TEST(test_invalid_utf8_ids)
         size_t dec_len = 0, clean_len;
         memra_err err;
         memra_err_clear(&err);
-        ck_assert_int_eq(memra_tokenizer_decode(g_tok, b.ids, b.n, MEMRA_DETOK_RENDER_SPECIAL,
-                                                &dec, &dec_len, &err), MEMRA_OK);
+        ck_assert_int_eq(memra_tokenizer_decode(g_tok, b.ids, b.n, MEMRA_DETOK_RENDER_SPECIAL, &dec,
+                                                &dec_len, &err),
+                         MEMRA_OK);
         ck_assert_int_eq(memra_utf8_sanitize((const char *)bytes, nb, &clean, &clean_len, &err),
                          MEMRA_OK);
         ck_assert_uint_eq(dec_len, clean_len);
@@ -295,13 +297,17 @@ START_TEST(test_codepoint_sweep)
         encode_ok(g_tok, text, o, 0, &b);
         unsigned long long got = fnv_ids(b.ids, b.n);
         if (got != want && !bad++)
-            snprintf(first_bad, sizeof first_bad, "U+%04lX..U+%04lX: digest %016llx, want "
-                     "%016llx", lo, hi - 1, got, want);
+            snprintf(first_bad, sizeof first_bad,
+                     "U+%04lX..U+%04lX: digest %016llx, want "
+                     "%016llx",
+                     lo, hi - 1, got, want);
         blocks++;
     }
-    ck_assert_msg(bad == 0, "%zu of %zu code-point blocks differ from the reference; first: %s "
-                  "(tests/py/gen_tokenizer_expected.py --explain-sweep LO prints the reference's pieces)", bad,
-                  blocks, first_bad);
+    ck_assert_msg(
+        bad == 0,
+        "%zu of %zu code-point blocks differ from the reference; first: %s "
+        "(tests/py/gen_tokenizer_expected.py --explain-sweep LO prints the reference's pieces)",
+        bad, blocks, first_bad);
     ck_assert_uint_gt(blocks, 0);
     memra_token_buf_free(&b);
     free(text);
@@ -321,11 +327,12 @@ START_TEST(test_llama_cpp_probes)
         int32_t ids[20];
         size_t n;
     } probes[] = {
-        {"สวัสดีครับ ผมชื่ออเล็กซ์", 0,
-         {34469, 168607, 153295, 173922, 153380, 22216, 151752, 172769}, 8},
-        {"你好，世界！今天是2026年8月13日 🎉", 0,
-         {109266, 3709, 96748, 6115, 113128, 17, 15, 17, 21, 95859, 23, 96212, 16, 18, 95971,
-          10838, 236, 231}, 18},
+        {"สวัสดีครับ ผมชื่ออเล็กซ์", 0, {34469, 168607, 153295, 173922, 153380, 22216, 151752, 172769}, 8},
+        {"你好，世界！今天是2026年8月13日 🎉",
+         0,
+         {109266, 3709, 96748, 6115, 113128, 17, 15, 17, 21, 95859, 23, 96212, 16, 18, 95971, 10838,
+          236, 231},
+         18},
         {"transformers", 0, {4549, 382}, 2},
         {"人工智能", 0, {109015}, 1},
         {"<|im_start|>", MEMRA_TOKENIZE_PARSE_SPECIAL, {248045}, 1},
@@ -386,8 +393,9 @@ START_TEST(test_corpus_roundtrip)
         size_t dec_len = 0, st_len;
         memra_err err;
         memra_err_clear(&err);
-        ck_assert_int_eq(memra_tokenizer_decode(g_tok, b.ids, b.n, MEMRA_DETOK_RENDER_SPECIAL,
-                                                &dec, &dec_len, &err), MEMRA_OK);
+        ck_assert_int_eq(memra_tokenizer_decode(g_tok, b.ids, b.n, MEMRA_DETOK_RENDER_SPECIAL, &dec,
+                                                &dec_len, &err),
+                         MEMRA_OK);
         ck_assert_msg(dec_len == len && memcmp(dec, corpus + off, len) == 0,
                       "case %zu: decode(encode(s)) != s", k);
         char *st = stream(g_tok, b.ids, b.n, MEMRA_DETOK_RENDER_SPECIAL, &st_len);
@@ -437,7 +445,11 @@ START_TEST(test_detok_split_utf8)
     ck_assert_uint_eq(len, 0);
     ck_assert_int_eq(memra_detok_push(d, a, &text, &len, &err), MEMRA_OK);
     ck_assert_uint_eq(len, 4);
-    ck_assert_int_eq(memcmp(text, "\xef\xbf\xbd" "A", 4), 0);
+    ck_assert_int_eq(memcmp(text,
+                            "\xef\xbf\xbd"
+                            "A",
+                            4),
+                     0);
     ck_assert_int_eq(memra_detok_push(d, e4, &text, &len, &err), MEMRA_OK);
     ck_assert_int_eq(memra_detok_flush(d, &text, &len, &err), MEMRA_OK);
     ck_assert_uint_eq(len, 3);
@@ -461,8 +473,9 @@ END_TEST
 START_TEST(test_detok_random_mix)
 {
     REQUIRE_VOCAB();
-    static const char *const parts[] = {"👨‍👩‍👧", "🇯🇵", "é", "中", "\xe2\x80\x8b", " ", "a",
-                                        "𝟘", "\n", "ꯍ", "<|im_end|>", "<think>"};
+    static const char *const parts[] = {
+        "👨‍👩‍👧", "🇯🇵",     "é", "中", "\xe2\x80\x8b", " ", "a", "𝟘", "\n", "ꯍ",
+        "<|im_end|>",         "<think>"};
     tu_rng r;
     tu_rng_seed(&r, 42);
     memra_token_buf b = {0};
@@ -758,6 +771,7 @@ START_TEST(test_chat_matches_jinja)
         int rc = memra_chat_format(kind, m, json_array_size(msgs), &o, &out, &out_len, &err);
         const char *want = json_string_value(json_object_get(c, "rendered"));
         const char *want_err = json_string_value(json_object_get(c, "error"));
+        ck_assert_msg(want || want_err, "chat_expected.json case %zu has neither", i);
         if (want_err) {
             ck_assert_msg(rc == MEMRA_ERR_INVALID_ARG, "case %zu: want error \"%s\"", i, want_err);
             ck_assert_msg(strncmp(err.msg, want_err, strlen(want_err)) == 0,
@@ -803,8 +817,7 @@ START_TEST(test_chat_detect)
     const char *chatml = "{% for message in messages %}{{'<|im_start|>' + message['role'] + "
                          "'\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}";
     memra_err_clear(&err);
-    ck_assert_int_eq(memra_chat_detect(chatml, strlen(chatml), &kind, &err),
-                     MEMRA_ERR_UNSUPPORTED);
+    ck_assert_int_eq(memra_chat_detect(chatml, strlen(chatml), &kind, &err), MEMRA_ERR_UNSUPPORTED);
     ck_assert_ptr_nonnull(strstr(err.msg, "not recognized"));
     memra_err_clear(&err);
     ck_assert_int_eq(memra_chat_detect(NULL, 0, &kind, &err), MEMRA_ERR_NOT_FOUND);
@@ -840,7 +853,12 @@ START_TEST(test_utf8_rules)
         {"\xed\xa0\x80", 3, "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd", 9}, /* surrogate */
         {"\xf4\x90\x80\x80", 4, "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd", 12},
         {"\xe4\xb8", 2, "\xef\xbf\xbd", 3}, /* truncated: one replacement */
-        {"\xe4\xb8" "A", 3, "\xef\xbf\xbd" "A", 4},
+        {"\xe4\xb8"
+         "A",
+         3,
+         "\xef\xbf\xbd"
+         "A",
+         4},
         {"\xf0\x9f\x98\x80", 4, "\xf0\x9f\x98\x80", 4}, /* valid */
         {"a\0b", 3, "a\0b", 3},
     };

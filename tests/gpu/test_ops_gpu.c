@@ -1,2 +1,1554 @@
+/*
+ * test_ops_gpu.c — every nvcc-compiled CUDA op (kernels/<op>.cu, entries in
+ * kernels/cuda_ops.h) against its CPU reference (kernels/ref/, the oracle, itself checked
+ * against f64 implementations in tests/test_ops.c), over shape tables with tiers 1..16 (odd
+ * ones included), the qwen35 0.8B / 9B / 27B head geometries, head_dim 64 / 128 / 256 (and the
+ * generic kernels' odd sizes), attention contexts 1, 7, 1000 and 5000 with f16 and q8_0 KV.
+ *
+ * Checks, per op:
+ *   - agreement with the reference: bit-identical (memcmp) where the op claims it (embed;
+ *     q8_1 bytes given identical floats; conv-state movement; tokens), else within a
+ *     tolerance whose derivation sits next to it; NaN / Inf anywhere fails;
+ *   - outputs are poisoned (0xFF bytes = NaN) before every launch, so an unwritten element
+ *     fails;
+ *   - isolation: row r of a B-wide launch is memcmp-equal to the same row launched alone at
+ *     B = 1 (and at another position of another tier), and two identical launches give
+ *     identical bytes (run to run).
+ * Binary memra-gpu-ops-tests, run with CK_FORK=no (CUDA does not survive fork). Without a
+ * usable GPU every test passes with a "SKIP <test>: <reason>" line on stderr.
+ * Timing (MEMRA_GPU_TIMING=1): test_timing prints per-kernel times measured with CUDA events.
+ *
+ * Tolerance unit: u = 2^-24 (f32 unit roundoff). A q8_1 value d16 * q of x is off by at most
+ * 0.57 d (QTOL; derivation in tests/test_ops.c).
+ */
 #include <check.h>
-Suite *make_ops_gpu_suite(void) { return suite_create("ops_gpu"); }
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include "cuda_ops.h"
+#include "memra.h"
+#include "quant.h"
+#include "test_util.h"
+
+#define U32 (1.0 / 16777216.0) /* 2^-24 */
+#define QTOL 0.57
+
+/* ================================== infrastructure ================================== */
+
+static const char *gpu_skip_reason(void)
+{
+    static int probed;
+    static const char *why;
+    if (probed)
+        return why;
+    probed = 1;
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        why = cudaGetErrorString(e);
+        return why;
+    }
+    if (n == 0) {
+        why = "no CUDA device";
+        return why;
+    }
+    struct cudaDeviceProp p;
+    if (cudaGetDeviceProperties(&p, 0) != cudaSuccess || p.major < 9)
+        why = "the kernels are built for sm_90 (Hopper); device 0 is older";
+    return why;
+}
+
+#define GPU_OR_SKIP()                                                                              \
+    do {                                                                                           \
+        const char *why_ = gpu_skip_reason();                                                      \
+        if (why_) {                                                                                \
+            fprintf(stderr, "SKIP %s: %s\n", __func__, why_);                                      \
+            return;                                                                                \
+        }                                                                                          \
+    } while (0)
+
+#define CK_CUDA(x)                                                                                 \
+    do {                                                                                           \
+        cudaError_t e_ = (x);                                                                      \
+        ck_assert_msg(e_ == cudaSuccess, "%s: %s", #x, cudaGetErrorString(e_));                    \
+    } while (0)
+
+/* Run an entry, then synchronise so that asynchronous kernel faults surface here. */
+#define CK_OP(x)                                                                                   \
+    do {                                                                                           \
+        int rc_ = (x);                                                                             \
+        ck_assert_msg(rc_ == MEMRA_OK, "%s: rc %d (%s)", #x, rc_, memra_cuda_ops_error());         \
+        CK_CUDA(cudaDeviceSynchronize());                                                          \
+    } while (0)
+
+/* Every allocation of a test is tracked and freed by the teardown, so a failing assertion
+ * (which leaves the test by longjmp under CK_FORK=no) leaks nothing. */
+#define MAX_ALLOCS 1024
+static void *g_dev[MAX_ALLOCS], *g_host[MAX_ALLOCS];
+static int g_ndev, g_nhost;
+
+static void teardown_allocs(void)
+{
+    for (int i = 0; i < g_ndev; i++)
+        cudaFree(g_dev[i]);
+    for (int i = 0; i < g_nhost; i++)
+        free(g_host[i]);
+    g_ndev = g_nhost = 0;
+}
+
+static void *halloc(size_t n)
+{
+    ck_assert_int_lt(g_nhost, MAX_ALLOCS);
+    void *p = calloc(n ? n : 1, 1);
+    ck_assert_ptr_nonnull(p);
+    g_host[g_nhost++] = p;
+    return p;
+}
+
+static void *dalloc(size_t n)
+{
+    ck_assert_int_lt(g_ndev, MAX_ALLOCS);
+    void *p = NULL;
+    CK_CUDA(cudaMalloc(&p, n ? n : 1));
+    g_dev[g_ndev++] = p;
+    return p;
+}
+
+static void *dup_h2d(const void *h, size_t n)
+{
+    void *d = dalloc(n);
+    CK_CUDA(cudaMemcpy(d, h, n, cudaMemcpyHostToDevice));
+    return d;
+}
+
+static void h2d(void *d, const void *h, size_t n) { CK_CUDA(cudaMemcpy(d, h, n, cudaMemcpyHostToDevice)); }
+static void d2h(void *h, const void *d, size_t n) { CK_CUDA(cudaMemcpy(h, d, n, cudaMemcpyDeviceToHost)); }
+static void poison(void *d, size_t n) { CK_CUDA(cudaMemset(d, 0xFF, n)); }
+
+static float *rand_vec(tu_rng *r, size_t n, float scale)
+{
+    float *v = halloc(n * sizeof *v);
+    for (size_t i = 0; i < n; i++)
+        v[i] = tu_rng_normal(r) * scale;
+    return v;
+}
+
+/* Per-row state regions (KV caches, conv / ssm state) as the slot pool lays them out: one
+ * block, row b's region at slot perm(b) (rows deliberately not in slot order), 256-byte
+ * aligned, with a host mirror for the CPU reference and the two pointer tables. */
+typedef struct regions {
+    int n;
+    size_t bytes, stride;
+    uint8_t *h, *d;    /* host mirror / device block */
+    uint64_t *htab;    /* [n] host row bases (for the reference) */
+    uint64_t *dtab;    /* [n] device array of device row bases */
+    uint64_t *dbase;   /* [n] host copy of the device row bases */
+} regions;
+
+static int slot_of(int b, int n) { return n - 1 - b; } /* reversed: the table is honoured */
+
+static void regions_init(regions *r, int n, size_t bytes)
+{
+    r->n = n;
+    r->bytes = bytes;
+    r->stride = (bytes + 255) / 256 * 256;
+    r->h = halloc(r->stride * (size_t)n);
+    r->d = dalloc(r->stride * (size_t)n);
+    r->htab = halloc(sizeof(uint64_t) * (size_t)n);
+    r->dbase = halloc(sizeof(uint64_t) * (size_t)n);
+    for (int b = 0; b < n; b++) {
+        r->htab[b] = (uint64_t)(uintptr_t)(r->h + (size_t)slot_of(b, n) * r->stride);
+        r->dbase[b] = (uint64_t)(uintptr_t)(r->d + (size_t)slot_of(b, n) * r->stride);
+    }
+    r->dtab = dup_h2d(r->dbase, sizeof(uint64_t) * (size_t)n);
+}
+
+static uint8_t *region_h(const regions *r, int b) { return (uint8_t *)(uintptr_t)r->htab[b]; }
+static void regions_upload(regions *r) { h2d(r->d, r->h, r->stride * (size_t)r->n); }
+static void regions_download(const regions *r, uint8_t *buf) { d2h(buf, r->d, r->stride * (size_t)r->n); }
+/* Row b's region as downloaded into buf (a copy of the whole block). */
+static uint8_t *region_in(const regions *r, uint8_t *buf, int b)
+{
+    return buf + (size_t)slot_of(b, r->n) * r->stride;
+}
+/* A one-entry device pointer table for row b (the B = 1 isolation launches). */
+static uint64_t *regions_dtab1(const regions *r, int b) { return dup_h2d(&r->dbase[b], sizeof(uint64_t)); }
+
+/* Fails on the first element that is not finite or off by more than tol[i]; reports the
+ * index, both values and the worst ratio. */
+static void check_bound(const char *what, const float *got, const float *want, const double *tol, size_t n)
+{
+    long first = -1;
+    double worst = 0;
+    for (size_t i = 0; i < n; i++) {
+        const double d = fabs((double)got[i] - (double)want[i]);
+        const double ratio = isfinite(got[i]) && isfinite(want[i]) ? d / (tol[i] > 0 ? tol[i] : 1e-300) : INFINITY;
+        if (ratio > worst)
+            worst = ratio;
+        if (!(ratio <= 1.0) && first < 0)
+            first = (long)i;
+    }
+    ck_assert_msg(first < 0, "%s: mismatch at %ld: got %.9g want %.9g tol %.3g (worst ratio %.3g)", what, first,
+                  first >= 0 ? (double)got[first] : 0.0, first >= 0 ? (double)want[first] : 0.0,
+                  first >= 0 ? tol[first] : 0.0, worst);
+}
+
+/* Fails unless a and b are byte-identical; names the first differing byte. */
+static void check_same(const char *what, const void *a, const void *b, size_t n)
+{
+    const uint8_t *x = a, *y = b;
+    if (memcmp(x, y, n) == 0)
+        return;
+    size_t i = 0;
+    while (x[i] == y[i])
+        i++;
+    ck_abort_msg("%s: bytes differ at %zu of %zu (0x%02x vs 0x%02x)", what, i, n, x[i], y[i]);
+}
+
+/* Bit-identical f32 arrays, except that any NaN equals any NaN: the GPU writes the canonical
+ * NaN where x86 propagates an operand's payload (NaN scales in random-bytes tables). NaN
+ * positions must still match; unwritten elements are caught by the finite-data cases. */
+static void check_same_f32(const char *what, const float *a, const float *b, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint32_t x, y;
+        memcpy(&x, a + i, 4);
+        memcpy(&y, b + i, 4);
+        ck_assert_msg(x == y || (isnan(a[i]) && isnan(b[i])), "%s: element %zu: 0x%08x vs 0x%08x", what, i, x, y);
+    }
+}
+
+/* The GPU's q8_1 bytes equal memra_quantize_q8_1 of the GPU's own f32 values. */
+static void check_q8_1_of(const char *what, const void *yq_gpu, const float *y_gpu, int64_t n)
+{
+    memra_block_q8_1 *want = halloc(sizeof *want * (size_t)(n / 32));
+    memra_quantize_q8_1(y_gpu, want, n);
+    check_same(what, yq_gpu, want, sizeof *want * (size_t)(n / 32));
+}
+
+/* q8_1 values of yq against want within QTOL * d16 plus extra[i]. */
+static void check_q8_1_close(const char *what, const void *yq, const float *want, const double *extra, int64_t n)
+{
+    const memra_block_q8_1 *y = yq;
+    float *val = halloc(sizeof *val * (size_t)n);
+    double *tol = halloc(sizeof *tol * (size_t)n);
+    for (int64_t i = 0; i < n; i++) {
+        const float d = memra_fp16_to_f32(y[i / 32].d);
+        val[i] = d * (float)y[i / 32].qs[i % 32];
+        tol[i] = QTOL * (double)d * (1.0 + 1.0 / 1024) + (extra ? extra[i] : 0.0);
+    }
+    check_bound(what, val, want, tol, (size_t)n);
+}
+
+static double *tol_rel(size_t n, const float *want, double atol, double rtol)
+{
+    double *t = halloc(sizeof *t * n);
+    for (size_t i = 0; i < n; i++)
+        t[i] = atol + rtol * fabs((double)want[i]);
+    return t;
+}
+
+/* ======================================= embed ====================================== */
+
+/* The GGUF row types of quant.c: each table is the reference quantizer's output of random
+ * rows (real data) or random bytes (every bit pattern, NaN scales included). */
+static const memra_qtype k_embed_types[] = {
+    MEMRA_QT_F32,  MEMRA_QT_F16,  MEMRA_QT_BF16, MEMRA_QT_Q8_0,   MEMRA_QT_Q4_0,  MEMRA_QT_Q4_1,
+    MEMRA_QT_Q5_0, MEMRA_QT_Q5_1, MEMRA_QT_IQ4_NL, MEMRA_QT_MXFP4, MEMRA_QT_NVFP4, MEMRA_QT_Q4_K,
+    MEMRA_QT_Q5_K, MEMRA_QT_Q6_K, MEMRA_QT_IQ4_XS, MEMRA_QT_Q8_K,
+};
+
+static void embed_case(memra_qtype qt, int n_embd, int n_vocab, int b, int random_bytes, tu_rng *r)
+{
+    const size_t rb = memra_quant_row_bytes(qt, n_embd);
+    ck_assert_uint_gt(rb, 0);
+    uint8_t *table = halloc(rb * (size_t)n_vocab);
+    if (random_bytes) {
+        for (size_t i = 0; i < rb * (size_t)n_vocab; i++)
+            table[i] = (uint8_t)tu_rng_u64(r);
+    } else {
+        float *src = rand_vec(r, (size_t)n_embd, 1.0f);
+        for (int t = 0; t < n_vocab; t++) {
+            for (int e = 0; e < n_embd; e++)
+                src[e] = tu_rng_normal(r) * (0.5f + (float)(t % 5));
+            ck_assert_int_eq(memra_quantize_row(qt, src, table + rb * (size_t)t, n_embd), 0);
+        }
+    }
+    int32_t *tok = halloc(sizeof *tok * (size_t)b);
+    for (int i = 0; i < b; i++)
+        tok[i] = (int32_t)(tu_rng_u64(r) % (uint64_t)n_vocab);
+    tok[b - 1] = b > 1 ? -1 : tok[0];      /* out of range: zero row */
+    if (b > 2)
+        tok[b / 2] = n_vocab;
+    memra_embed_args a = {.table = table, .tokens = tok, .x = halloc(sizeof(float) * (size_t)b * n_embd),
+                          .qtype = qt, .n_embd = n_embd, .n_vocab = n_vocab, .b = b, .row_bytes = rb};
+    ck_assert_int_eq(memra_embed_ref(&a), MEMRA_OK);
+    memra_embed_args g = a;
+    g.table = dup_h2d(table, rb * (size_t)n_vocab);
+    g.tokens = dup_h2d(tok, sizeof *tok * (size_t)b);
+    g.x = dalloc(sizeof(float) * (size_t)b * n_embd);
+    poison(g.x, sizeof(float) * (size_t)b * n_embd);
+    CK_OP(memra_embed_cuda(&g, 0));
+    float *x = halloc(sizeof(float) * (size_t)b * n_embd);
+    d2h(x, g.x, sizeof(float) * (size_t)b * n_embd);
+    char what[96];
+    snprintf(what, sizeof what, "embed %s n_embd %d b %d %s", memra_qtype_get(qt)->name, n_embd, b,
+             random_bytes ? "random bytes" : "quantized");
+    check_same_f32(what, x, a.x, (size_t)b * n_embd); /* dequantization is exact */
+    if (!random_bytes) {
+        double *t = tol_rel((size_t)b * n_embd, a.x, 0, 0);
+        check_bound(what, x, a.x, t, (size_t)b * n_embd); /* and finite */
+    }
+}
+
+START_TEST(test_embed)
+{
+    GPU_OR_SKIP();
+    tu_rng r;
+    tu_rng_seed(&r, 0xE3BEDu);
+    for (size_t i = 0; i < sizeof k_embed_types / sizeof k_embed_types[0]; i++) {
+        const memra_qtype qt = k_embed_types[i];
+        const int be = (int)memra_qtype_get(qt)->block_elems;
+        const int n = be >= 256 ? 512 : 320; /* 320: a non-power-of-two row of 32-blocks */
+        embed_case(qt, n, 37, 5, 0, &r);
+        embed_case(qt, n, 37, 16, 1, &r);
+        embed_case(qt, be >= 64 ? be : 32, 3, 1, 0, &r);
+    }
+}
+END_TEST
+
+START_TEST(test_embed_rejects)
+{
+    GPU_OR_SKIP();
+    memra_embed_args a = {.table = (void *)16, .tokens = (int32_t *)16, .x = (float *)16, .qtype = MEMRA_QT_Q2_K,
+                          .n_embd = 256, .n_vocab = 4, .b = 1, .row_bytes = 84};
+    ck_assert_int_eq(memra_embed_cuda(&a, 0), MEMRA_ERR_INVALID_ARG); /* no GPU dequantizer */
+    ck_assert_str_ne(memra_cuda_ops_error(), "");
+    a.qtype = MEMRA_QT_Q4_K;
+    a.row_bytes = 100; /* < one 144-byte block */
+    ck_assert_int_eq(memra_embed_cuda(&a, 0), MEMRA_ERR_INVALID_ARG);
+    a.row_bytes = 144;
+    a.x = NULL;
+    ck_assert_int_eq(memra_embed_cuda(&a, 0), MEMRA_ERR_INVALID_ARG);
+    ck_assert_int_eq(memra_embed_cuda(NULL, 0), MEMRA_ERR_INVALID_ARG);
+}
+END_TEST
+
+/* ==================================== rms_norm_q8 =================================== */
+
+/* Launches rms_norm_q8 on device copies of a's inputs; returns the device args. */
+static memra_rms_norm_q8_args rms_gpu(const memra_rms_norm_q8_args *a, int with_f32)
+{
+    const size_t nx = (size_t)a->b * (size_t)a->n, nq = nx / 32 * sizeof(memra_block_q8_1);
+    memra_rms_norm_q8_args g = *a;
+    g.x = dup_h2d(a->x, nx * sizeof(float));
+    g.w = dup_h2d(a->w, (size_t)a->n * sizeof(float));
+    g.y_q = dalloc(nq);
+    poison(g.y_q, nq);
+    g.y_f32 = NULL;
+    if (with_f32) {
+        g.y_f32 = dalloc(nx * sizeof(float));
+        poison(g.y_f32, nx * sizeof(float));
+    }
+    CK_OP(memra_rms_norm_q8_cuda(&g, 0));
+    return g;
+}
+
+static void rms_case(int n, int b, tu_rng *r)
+{
+    const size_t nx = (size_t)b * (size_t)n, nq = nx / 32 * sizeof(memra_block_q8_1);
+    memra_rms_norm_q8_args a = {.x = rand_vec(r, nx, 2.0f), .w = rand_vec(r, (size_t)n, 1.0f), .y_q = halloc(nq),
+                                .y_f32 = halloc(nx * sizeof(float)), .n = n, .b = b, .eps = 1e-6f};
+    ck_assert_int_eq(memra_rms_norm_q8_ref(&a), MEMRA_OK);
+    memra_rms_norm_q8_args g = rms_gpu(&a, 1);
+    float *y = halloc(nx * sizeof(float));
+    uint8_t *yq = halloc(nq);
+    d2h(y, g.y_f32, nx * sizeof(float));
+    d2h(yq, g.y_q, nq);
+    char what[64];
+    snprintf(what, sizeof what, "rms_norm_q8 n %d b %d", n, b);
+    /* Only the f64 sum of squares differs in order (same exact terms); after rounding
+     * ss / n to f32 the two agree unless it sits at a rounding boundary, where the mean
+     * moves by 1 ulp, the scale by <= 1 ulp and y by <= 2 ulp more: 4 ulp (4u relative). */
+    check_bound(what, y, a.y_f32, tol_rel(nx, a.y_f32, 0, 4 * U32), nx);
+    check_q8_1_of(what, yq, y, (int64_t)nx);       /* bit-identical quantizer */
+    check_q8_1_close(what, yq, a.y_f32, tol_rel(nx, a.y_f32, 0, 4 * U32), (int64_t)nx);
+    /* isolation: the last row alone, at B = 1, without the f32 copy */
+    memra_rms_norm_q8_args one = a;
+    one.x = a.x + (size_t)(b - 1) * (size_t)n;
+    one.b = 1;
+    memra_rms_norm_q8_args g1 = rms_gpu(&one, 0);
+    uint8_t *yq1 = halloc(nq / (size_t)b);
+    d2h(yq1, g1.y_q, nq / (size_t)b);
+    check_same("rms_norm_q8 row alone", yq1, yq + nq / (size_t)b * (size_t)(b - 1), nq / (size_t)b);
+    /* run to run */
+    memra_rms_norm_q8_args g2 = rms_gpu(&a, 1);
+    uint8_t *yq2 = halloc(nq);
+    d2h(yq2, g2.y_q, nq);
+    check_same("rms_norm_q8 run to run", yq2, yq, nq);
+}
+
+START_TEST(test_rms_norm_q8)
+{
+    GPU_OR_SKIP();
+    tu_rng r;
+    tu_rng_seed(&r, 0x125u);
+    static const int ns[] = {32, 96, 1024, 4096, 5120, 33 * 32 * 7};
+    static const int bs[] = {1, 3, 16, 7};
+    for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++)
+        for (size_t j = 0; j < sizeof bs / sizeof bs[0]; j++)
+            rms_case(ns[i], bs[j], &r);
+}
+END_TEST
+
+/* ==================================== silu_mul_q8 =================================== */
+
+/* Runs both sides for args a (host pointers); returns the GPU y_q of each slot. */
+static void silu_run(const memra_silu_mul_q8_args *a, uint8_t *yq_gpu[2])
+{
+    memra_silu_mul_q8_args g = *a;
+    for (int s = 0; s < a->n_slots; s++) {
+        const size_t nv = (size_t)a->b * (size_t)a->slot[s].m * (size_t)a->slot[s].n;
+        const size_t nq = nv / 32 * sizeof(memra_block_q8_1);
+        g.slot[s].g = dup_h2d(a->slot[s].g, nv * sizeof(float));
+        g.slot[s].u = dup_h2d(a->slot[s].u, nv * sizeof(float));
+        g.slot[s].y_q = dalloc(nq);
+        poison(g.slot[s].y_q, nq);
+    }
+    CK_OP(memra_silu_mul_q8_cuda(&g, 0));
+    for (int s = 0; s < a->n_slots; s++) {
+        const size_t nq = (size_t)a->b * (size_t)a->slot[s].m * (size_t)a->slot[s].n / 32 * sizeof(memra_block_q8_1);
+        yq_gpu[s] = halloc(nq);
+        d2h(yq_gpu[s], g.slot[s].y_q, nq);
+    }
+}
+
+/* exact = 1: g in [100, 200), where expf(-g) < 2^-144 so 1 + expf(-g) rounds to 1 on both
+ * sides and silu(g) * u = g * u exactly: the q8_1 bytes must then be identical. */
+static void silu_case(int b, int n0, int m0, int n1, int m1, int exact, tu_rng *r)
+{
+    memra_silu_mul_q8_args a = {.b = b, .n_slots = n1 ? 2 : 1};
+    const int ns[2] = {n0, n1}, ms[2] = {m0, m1};
+    for (int s = 0; s < a.n_slots; s++) {
+        const size_t nv = (size_t)b * (size_t)ms[s] * (size_t)ns[s];
+        float *gv = rand_vec(r, nv, 3.0f);
+        if (exact)
+            for (size_t i = 0; i < nv; i++)
+                gv[i] = 100.0f + 100.0f * tu_rng_uniform(r);
+        a.slot[s] = (memra_silu_mul_q8_slot){.g = gv, .u = rand_vec(r, nv, 1.0f),
+                                             .y_q = halloc(nv / 32 * sizeof(memra_block_q8_1)), .n = ns[s], .m = ms[s]};
+    }
+    ck_assert_int_eq(memra_silu_mul_q8_ref(&a), MEMRA_OK);
+    uint8_t *yq[2];
+    silu_run(&a, yq);
+    for (int s = 0; s < a.n_slots; s++) {
+        const size_t nv = (size_t)b * (size_t)ms[s] * (size_t)ns[s];
+        char what[80];
+        snprintf(what, sizeof what, "silu_mul_q8 slot %d b %d m %d n %d%s", s, b, ms[s], ns[s], exact ? " exact" : "");
+        if (exact) {
+            check_same(what, yq[s], a.slot[s].y_q, nv / 32 * sizeof(memra_block_q8_1));
+            continue;
+        }
+        /* want = silu(g) * u in f64; CPU and GPU f32 values differ from it by the expf
+         * error (<= 2 ulp each side) and 3 roundings: 8u relative, on top of QTOL. */
+        float *want = halloc(nv * sizeof(float));
+        for (size_t i = 0; i < nv; i++) {
+            const double gd = a.slot[s].g[i];
+            want[i] = (float)(gd / (1.0 + exp(-gd)) * (double)a.slot[s].u[i]);
+        }
+        check_q8_1_close(what, yq[s], want, tol_rel(nv, want, 0, 8 * U32), (int64_t)nv);
+    }
+}
+
+START_TEST(test_silu_mul_q8)
+{
+    GPU_OR_SKIP();
+    tu_rng r;
+    tu_rng_seed(&r, 0x5170u);
+    silu_case(1, 32, 1, 0, 0, 0, &r);
+    silu_case(3, 96, 1, 0, 0, 0, &r);
+    silu_case(16, 12288, 1, 0, 0, 0, &r);    /* 9B FFN */
+    silu_case(5, 512, 8, 512, 1, 0, &r);     /* MoE: 8 routed experts + shared expert */
+    silu_case(16, 3584, 1, 0, 0, 1, &r);     /* 0.8B FFN, exact inputs */
+    silu_case(7, 512, 10, 1024, 1, 1, &r);   /* 397B-like MoE, exact inputs */
+}
+END_TEST
+
+START_TEST(test_silu_mul_q8_isolation)
+{
+    GPU_OR_SKIP();
+    tu_rng r;
+    tu_rng_seed(&r, 0x5171u);
+    const int b = 11, n = 1024;
+    memra_silu_mul_q8_args a = {.b = b, .n_slots = 1};
+    a.slot[0] = (memra_silu_mul_q8_slot){.g = rand_vec(&r, (size_t)b * n, 3.0f), .u = rand_vec(&r, (size_t)b * n, 1.0f),
+                                         .n = n, .m = 1};
+    uint8_t *full[2], *full2[2], *one[2];
+    silu_run(&a, full);
+    silu_run(&a, full2);
+    const size_t row = (size_t)n / 32 * sizeof(memra_block_q8_1);
+    check_same("silu_mul_q8 run to run", full[0], full2[0], row * b);
+    memra_silu_mul_q8_args a1 = a;
+    a1.b = 1;
+    a1.slot[0].g += (size_t)6 * n;
+    a1.slot[0].u += (size_t)6 * n;
+    silu_run(&a1, one);
+    check_same("silu_mul_q8 row alone", one[0], full[0] + row * 6, row);
+}
+END_TEST
+
+/* ===================================== moe_route ==================================== */
+
+static void route_gpu(const memra_moe_route_args *a, int32_t *ids, float *w)
+{
+    const size_t nk = (size_t)a->b * (size_t)a->n_used;
+    memra_moe_route_args g = *a;
+    g.logits = dup_h2d(a->logits, sizeof(float) * (size_t)a->b * (size_t)a->n_expert);
+    g.ids = dalloc(nk * sizeof(int32_t));
+    g.weights = dalloc(nk * sizeof(float));
+    poison(g.ids, nk * sizeof(int32_t));
+    poison(g.weights, nk * sizeof(float));
+    CK_OP(memra_moe_route_cuda(&g, 0));
+    d2h(ids, g.ids, nk * sizeof(int32_t));
+    d2h(w, g.weights, nk * sizeof(float));
+}
+
+static void route_case(int n_expert, int n_used, int b, int ties, tu_rng *r)
+{
+    const size_t nk = (size_t)b * (size_t)n_used;
+    float *l = rand_vec(r, (size_t)b * n_expert, 2.0f);
+    if (ties)
+        for (size_t i = 0; i < (size_t)b * n_expert; i++)
+            l[i] = (float)((i * 7) % 3); /* many exact ties: lower index first */
+    memra_moe_route_args a = {.logits = l, .ids = halloc(nk * sizeof(int32_t)), .weights = halloc(nk * sizeof(float)),
+                              .n_expert = n_expert, .n_used = n_used, .b = b};
+    ck_assert_int_eq(memra_moe_route_ref(&a), MEMRA_OK);
+    int32_t *ids = halloc(nk * sizeof(int32_t));
+    float *w = halloc(nk * sizeof(float));
+    route_gpu(&a, ids, w);
+    char what[80];
+    snprintf(what, sizeof what, "moe_route E %d k %d b %d%s", n_expert, n_used, b, ties ? " ties" : "");
+    /* The ranking is a total order on (pi, index) and pi = expf(l - mx) * (1/Z) is monotone in
+     * l on both sides (Z only scales it), so the ids agree unless two pi are within the
+     * 2-ulp expf difference of each other; none are for these seeds. */
+    for (size_t i = 0; i < nk; i++)
+        ck_assert_msg(ids[i] == a.ids[i], "%s: ids[%zu] = %d, want %d", what, i, ids[i], a.ids[i]);
+    /* w = pi_i / sum pi: Z cancels, leaving the expf (2 ulp each side) and the k-term sum
+     * and the division (k + 2 roundings): (8 + k) u relative. */
+    check_bound(what, w, a.weights, tol_rel(nk, a.weights, 0, (8 + n_used) * U32), nk);
+    if (b > 1) {
+        memra_moe_route_args one = a;
+        one.b = 1;
+        one.logits = l + (size_t)(b - 1) * (size_t)n_expert;
+        int32_t *ids1 = halloc((size_t)n_used * sizeof(int32_t));
+        float *w1 = halloc((size_t)n_used * sizeof(float));
+        route_gpu(&one, ids1, w1);
+        check_same("moe_route ids row alone", ids1, ids + (size_t)(b - 1) * n_used, (size_t)n_used * sizeof(int32_t));
+        check_same("moe_route weights row alone", w1, w + (size_t)(b - 1) * n_used, (size_t)n_used * sizeof(float));
+    }
+}
+
+START_TEST(test_moe_route)
+{
+    GPU_OR_SKIP();
+    tu_rng r;
+    tu_rng_seed(&r, 0x2017u);
+    route_case(8, 2, 3, 0, &r);
+    route_case(64, 8, 16, 0, &r);
+    route_case(256, 8, 5, 0, &r);   /* 35B-A3B */
+    route_case(512, 10, 16, 0, &r); /* 397B / qwen3next */
+    route_case(10000, 16, 2, 0, &r); /* pi recomputed per pass (no shared-memory cache) */
+    route_case(1, 1, 1, 0, &r);
+    route_case(32, 7, 4, 1, &r);
+}
+END_TEST
+
+/* ===================================== attention ==================================== */
+
+/* One attention-layer geometry. */
+typedef struct attn_shape {
+    const char *name;
+    int n_head, n_head_kv, head_dim, n_rot;
+    int sect[4];
+} attn_shape;
+
+static const attn_shape k_attn_shapes[] = {
+    {"qwen35-0.8b", 8, 2, 256, 64, {11, 11, 10, 0}},
+    {"qwen35-9b", 16, 4, 256, 64, {11, 11, 10, 0}},
+    {"qwen35-27b", 24, 4, 256, 64, {11, 11, 10, 0}}, /* group 6: a partly masked head chunk */
+    {"dh128-g4", 8, 2, 128, 128, {0, 0, 0, 0}},
+    {"dh64-mha", 4, 4, 64, 32, {0, 0, 0, 0}},
+    {"dh64-g16", 32, 2, 64, 64, {0, 0, 0, 0}},      /* group 16: two head chunks */
+    {"dh512", 4, 2, 512, 64, {0, 0, 0, 0}},
+    {"dh96-generic", 6, 2, 96, 32, {1, 1, 1, 1}},   /* scalar kernel; IMRoPE "e" sectors */
+};
+
+static uint64_t kv_entry_bytes(int kv, int dh) { return memra_kv_head_bytes(kv, dh); }
+
+/* Writes head_dim values as one cache entry of kv type (the reference encoders). */
+static void kv_encode(int kv, const float *x, uint8_t *dst, int dh)
+{
+    if (kv == MEMRA_QT_F16) {
+        for (int d = 0; d < dh; d++) {
+            uint16_t h = memra_f32_to_fp16(x[d]);
+            memcpy(dst + 2 * d, &h, 2);
+        }
+    } else {
+        ck_assert_int_eq(memra_quantize_row(MEMRA_QT_Q8_0, x, dst, dh), 0);
+    }
+}
+
+static void kv_decode(int kv, const uint8_t *src, float *x, int dh)
+{
+    if (kv == MEMRA_QT_F16) {
+        for (int d = 0; d < dh; d++) {
+            uint16_t h;
+            memcpy(&h, src + 2 * d, 2);
+            x[d] = memra_fp16_to_f32(h);
+        }
+    } else {
+        ck_assert_int_eq(memra_dequantize_row(MEMRA_QT_Q8_0, src, x, dh), 0);
+    }
+}
+
+/* ------------------------------------ attn_prep ------------------------------------- */
+
+static memra_attn_prep_args prep_dev(const memra_attn_prep_args *a, const regions *kc, const regions *vc)
+{
+    const size_t nq = (size_t)a->b * (size_t)(a->n_head * a->head_dim);
+    const size_t nkv = (size_t)a->b * (size_t)(a->n_head_kv * a->head_dim);
+    memra_attn_prep_args g = *a;
+    g.qg = dup_h2d(a->qg, 2 * nq * sizeof(float));
+    g.k = dup_h2d(a->k, nkv * sizeof(float));
+    g.v = dup_h2d(a->v, nkv * sizeof(float));
+    g.q_norm = dup_h2d(a->q_norm, (size_t)a->head_dim * sizeof(float));
+    g.k_norm = dup_h2d(a->k_norm, (size_t)a->head_dim * sizeof(float));
+    g.positions = dup_h2d(a->positions, (size_t)a->b * sizeof(int32_t));
+    g.k_cache = kc->dtab;
+    g.v_cache = vc->dtab;
+    g.q = dalloc(nq * sizeof(float));
+    poison(g.q, nq * sizeof(float));
+    return g;
+}
+
+/* The K entries the reference wrote agree with the GPU's within one rounding step of the
+ * cache type (the f32 k can differ by a few ulp: see q below; f16: <= 1 f16 ulp = 2^-10
+ * relative after that; q8_0: the code can move by one step of either block scale); every
+ * other byte of the K block is identical. */
+static void check_k_cache(const memra_attn_prep_args *a, const regions *kc, uint8_t *gpu)
+{
+    const int dh = a->head_dim;
+    const uint64_t hb = kv_entry_bytes(a->kv_type, dh);
+    float *x = halloc(sizeof(float) * (size_t)dh), *y = halloc(sizeof(float) * (size_t)dh);
+    double *tol = halloc(sizeof(double) * (size_t)dh);
+    for (int b = 0; b < a->b; b++) {
+        const int p = a->positions[b];
+        if (p < 0 || p >= a->n_ctx)
+            continue;
+        for (int j = 0; j < a->n_head_kv; j++) {
+            const uint64_t off = ((uint64_t)p * (uint64_t)a->n_head_kv + (uint64_t)j) * hb;
+            uint8_t *ge = region_in(kc, gpu, b) + off, *ce = region_h(kc, b) + off;
+            kv_decode(a->kv_type, ge, x, dh);
+            kv_decode(a->kv_type, ce, y, dh);
+            for (int d = 0; d < dh; d++) {
+                double step = 0;
+                if (a->kv_type == MEMRA_QT_Q8_0) {
+                    uint16_t d1, d2;
+                    memcpy(&d1, ge + 34 * (d / 32), 2);
+                    memcpy(&d2, ce + 34 * (d / 32), 2);
+                    step = 1.01 * fmax(memra_fp16_to_f32(d1), memra_fp16_to_f32(d2));
+                }
+                tol[d] = a->kv_type == MEMRA_QT_F16 ? fabs((double)y[d]) / 1024.0 + 1e-7 : step + 1e-7;
+            }
+            check_bound("attn_prep k cache entry", x, y, tol, (size_t)dh);
+            memcpy(ge, ce, hb); /* then the whole block must match */
+        }
+    }
+    check_same("attn_prep k cache (all other bytes)", gpu, kc->h, kc->stride * (size_t)kc->n);
+}
+
+static void prep_case(const attn_shape *sh, int kv, int b, int n_ctx, tu_rng *r)
+{
+    const int dh = sh->head_dim;
+    const size_t nq = (size_t)b * (size_t)(sh->n_head * dh), nkv = (size_t)b * (size_t)(sh->n_head_kv * dh);
+    const uint64_t region = (uint64_t)n_ctx * (uint64_t)sh->n_head_kv * kv_entry_bytes(kv, dh);
+    regions kc, vc;
+    regions_init(&kc, b, region);
+    regions_init(&vc, b, region);
+    for (size_t i = 0; i < kc.stride * (size_t)b; i++) { /* untouched bytes must stay so */
+        kc.h[i] = (uint8_t)tu_rng_u64(r);
+        vc.h[i] = (uint8_t)tu_rng_u64(r);
+    }
+    regions_upload(&kc);
+    regions_upload(&vc);
+    int32_t *pos = halloc(sizeof(int32_t) * (size_t)b);
+    for (int i = 0; i < b; i++)
+        pos[i] = (int32_t)(tu_rng_u64(r) % (uint64_t)n_ctx);
+    pos[0] = 0;
+    if (b > 2)
+        pos[1] = n_ctx; /* outside the cache: q only, no write */
+    memra_attn_prep_args a = {.qg = rand_vec(r, 2 * nq, 2.0f), .k = rand_vec(r, nkv, 2.0f), .v = rand_vec(r, nkv, 1.0f),
+                              .q_norm = rand_vec(r, (size_t)dh, 0.3f), .k_norm = rand_vec(r, (size_t)dh, 0.3f),
+                              .positions = pos, .k_cache = kc.htab, .v_cache = vc.htab, .q = halloc(nq * sizeof(float)),
+                              .n_head = sh->n_head, .n_head_kv = sh->n_head_kv, .head_dim = dh, .n_rot = sh->n_rot,
+                              .kv_type = kv, .n_ctx = n_ctx, .b = b, .eps = 1e-6f, .freq_base = 1e7f, .freq_scale = 1.0f};
+    memcpy(a.sections, sh->sect, sizeof a.sections);
+    for (int d = 0; d < dh; d++) {
+        ((float *)a.q_norm)[d] += 1.0f;
+        ((float *)a.k_norm)[d] += 1.0f;
+    }
+    memra_attn_prep_args g = prep_dev(&a, &kc, &vc);
+    CK_OP(memra_attn_prep_cuda(&g, 0));
+    ck_assert_int_eq(memra_attn_prep_ref(&a), MEMRA_OK);
+    float *q = halloc(nq * sizeof(float));
+    d2h(q, g.q, nq * sizeof(float));
+    /* q = rope(w * x * scale): the scale can differ by <= 1 ulp (f64 sum order), c and s by
+     * <= 1 ulp each (f64 libm, then rounded), and the rotation mixes the pair, so the error
+     * scales with the head's largest value: 2 + 2 + 3 roundings, 16u of the head max. */
+    double *tol = halloc(nq * sizeof(double));
+    for (size_t h = 0; h < nq / (size_t)dh; h++) {
+        double mx = 0;
+        for (int d = 0; d < dh; d++)
+            mx = fmax(mx, fabs(a.q[h * dh + d]));
+        for (int d = 0; d < dh; d++)
+            tol[h * dh + d] = 16 * U32 * mx;
+    }
+    char what[96];
+    snprintf(what, sizeof what, "attn_prep %s kv %d b %d q", sh->name, kv, b);
+    check_bound(what, q, a.q, tol, nq);
+    uint8_t *kb = halloc(kc.stride * (size_t)b), *vb = halloc(vc.stride * (size_t)b);
+    regions_download(&vc, vb);
+    check_same("attn_prep v cache (raw v: bit-identical)", vb, vc.h, vc.stride * (size_t)b);
+    regions_download(&kc, kb);
+    uint8_t *kb_gpu = halloc(kc.stride * (size_t)b);
+    memcpy(kb_gpu, kb, kc.stride * (size_t)b);
+    check_k_cache(&a, &kc, kb);
+    /* isolation: the last row alone at B = 1 rewrites the same entry and the same q */
+    memra_attn_prep_args a1 = a;
+    a1.b = 1;
+    a1.qg += 2 * nq / (size_t)b * (size_t)(b - 1);
+    a1.k += nkv / (size_t)b * (size_t)(b - 1);
+    a1.v += nkv / (size_t)b * (size_t)(b - 1);
+    a1.positions += b - 1;
+    memra_attn_prep_args g1 = prep_dev(&a1, &kc, &vc);
+    g1.k_cache = regions_dtab1(&kc, b - 1);
+    g1.v_cache = regions_dtab1(&vc, b - 1);
+    CK_OP(memra_attn_prep_cuda(&g1, 0));
+    float *q1 = halloc(nq / (size_t)b * sizeof(float));
+    d2h(q1, g1.q, nq / (size_t)b * sizeof(float));
+    check_same("attn_prep q row alone", q1, q + nq / (size_t)b * (size_t)(b - 1), nq / (size_t)b * sizeof(float));
+    regions_download(&kc, kb);
+    check_same("attn_prep k cache after the row alone", kb, kb_gpu, kc.stride * (size_t)b);
+}
+
+START_TEST(test_attn_prep)
+{
+    GPU_OR_SKIP();
+    tu_rng r;
+    tu_rng_seed(&r, 0xA77Bu);
+    static const int bs[] = {1, 3, 16};
+    for (size_t i = 0; i < sizeof k_attn_shapes / sizeof k_attn_shapes[0]; i++)
+        for (int kv = 0; kv < 2; kv++)
+            prep_case(&k_attn_shapes[i], kv ? MEMRA_QT_Q8_0 : MEMRA_QT_F16, bs[(i + (size_t)kv) % 3], 300, &r);
+}
+END_TEST
+
+/* ----------------------------------- attn_decode ------------------------------------ */
+
+/* Host inputs of one attn_decode case: b rows with their own positions. */
+typedef struct decode_case {
+    const attn_shape *sh;
+    int kv, b, n_ctx, max_split;
+    int32_t *pos;
+    regions kc, vc;
+    float *q, *qg;
+    float kmax, vmax;
+} decode_case;
+
+static void decode_fill(decode_case *c, tu_rng *r)
+{
+    const int dh = c->sh->head_dim, hkv = c->sh->n_head_kv;
+    const uint64_t hb = kv_entry_bytes(c->kv, dh);
+    const uint64_t region = (uint64_t)c->n_ctx * (uint64_t)hkv * hb;
+    regions_init(&c->kc, c->b, region);
+    regions_init(&c->vc, c->b, region);
+    float *x = halloc(sizeof(float) * (size_t)dh);
+    c->kmax = c->vmax = 0;
+    for (int b = 0; b < c->b; b++) {
+        const int len = c->pos[b] >= 0 && c->pos[b] < c->n_ctx ? c->pos[b] + 1 : 0;
+        for (int t = 0; t < len; t++)
+            for (int j = 0; j < hkv; j++) {
+                const uint64_t off = ((uint64_t)t * (uint64_t)hkv + (uint64_t)j) * hb;
+                for (int d = 0; d < dh; d++) {
+                    x[d] = tu_rng_normal(r);
+                    c->kmax = fmaxf(c->kmax, fabsf(x[d]));
+                }
+                kv_encode(c->kv, x, region_h(&c->kc, b) + off, dh);
+                for (int d = 0; d < dh; d++) {
+                    x[d] = tu_rng_normal(r);
+                    c->vmax = fmaxf(c->vmax, fabsf(x[d]));
+                }
+                kv_encode(c->kv, x, region_h(&c->vc, b) + off, dh);
+            }
+    }
+    c->kmax *= 1.01f; /* f16 / q8_0 rounding of the largest value */
+    c->vmax *= 1.01f;
+    regions_upload(&c->kc);
+    regions_upload(&c->vc);
+    const size_t nq = (size_t)c->b * (size_t)(c->sh->n_head * dh);
+    c->q = rand_vec(r, nq, 1.0f);
+    c->qg = rand_vec(r, 2 * nq, 2.0f);
+}
+
+static memra_attn_decode_args decode_args(const decode_case *c, int host)
+{
+    const int dh = c->sh->head_dim, width = c->sh->n_head * dh;
+    memra_attn_decode_args a = {.q = c->q, .qg = c->qg, .positions = c->pos, .n_head = c->sh->n_head,
+                                .n_head_kv = c->sh->n_head_kv, .head_dim = dh, .kv_type = c->kv, .n_ctx = c->n_ctx,
+                                .max_split = c->max_split, .b = c->b, .scale = 1.0f / sqrtf((float)dh)};
+    const size_t nq = (size_t)c->b * (size_t)width;
+    if (host) {
+        a.k_cache = c->kc.htab;
+        a.v_cache = c->vc.htab;
+        a.y_q = halloc(nq / 32 * sizeof(memra_block_q8_1));
+        a.o = halloc(nq * sizeof(float));
+        return a;
+    }
+    a.q = dup_h2d(c->q, nq * sizeof(float));
+    a.qg = dup_h2d(c->qg, 2 * nq * sizeof(float));
+    a.positions = dup_h2d(c->pos, (size_t)c->b * sizeof(int32_t));
+    a.k_cache = c->kc.dtab;
+    a.v_cache = c->vc.dtab;
+    const size_t ns = (size_t)c->b * (size_t)c->sh->n_head * (size_t)c->max_split * (size_t)(dh + 2);
+    a.scratch = dalloc(ns * sizeof(float));
+    poison(a.scratch, ns * sizeof(float));
+    a.y_q = dalloc(nq / 32 * sizeof(memra_block_q8_1));
+    a.o = dalloc(nq * sizeof(float));
+    poison(a.y_q, nq / 32 * sizeof(memra_block_q8_1));
+    poison(a.o, nq * sizeof(float));
+    return a;
+}
+
+/* Launches c on the GPU; o and y_q (host, [b, width] / blocks) receive the results. */
+static void decode_gpu(const decode_case *c, float *o, uint8_t *yq)
+{
+    memra_attn_decode_args g = decode_args(c, 0);
+    const size_t nq = (size_t)c->b * (size_t)(c->sh->n_head * c->sh->head_dim);
+    CK_OP(memra_attn_decode_cuda(&g, 0));
+    d2h(o, g.o, nq * sizeof(float));
+    d2h(yq, g.y_q, nq / 32 * sizeof(memra_block_q8_1));
+}
+
+/* The tolerance of row b's outputs (see the derivation at the call). */
+static void decode_tol(const decode_case *c, const float *want, double *tol)
+{
+    const int dh = c->sh->head_dim, hq = c->sh->n_head;
+    const float scale = 1.0f / sqrtf((float)dh);
+    for (int b = 0; b < c->b; b++) {
+        const int len = c->pos[b] >= 0 && c->pos[b] < c->n_ctx ? c->pos[b] + 1 : 0;
+        for (int i = 0; i < hq; i++) {
+            const float *q = c->q + ((size_t)b * hq + (size_t)i) * (size_t)dh;
+            double qa = 0;
+            for (int d = 0; d < dh; d++)
+                qa += fabs(q[d]);
+            const double smax = scale * qa * c->kmax; /* >= scale * sum |q_c k_c| */
+            for (int d = 0; d < dh; d++) {
+                const size_t e = ((size_t)b * hq + (size_t)i) * (size_t)dh + (size_t)d;
+                tol[e] = 4 * U32 * c->vmax * ((double)len + (double)dh * smax + 16) + 4 * U32 * fabs(want[e]);
+            }
+        }
+    }
+}
+
+static void decode_check(decode_case *c, float **o_out, uint8_t **yq_out)
+{
+    const int width = c->sh->n_head * c->sh->head_dim;
+    const size_t nq = (size_t)c->b * (size_t)width;
+    memra_attn_decode_args a = decode_args(c, 1);
+    ck_assert_int_eq(memra_attn_decode_ref(&a), MEMRA_OK);
+    float *o = halloc(nq * sizeof(float));
+    uint8_t *yq = halloc(nq / 32 * sizeof(memra_block_q8_1));
+    decode_gpu(c, o, yq);
+    char what[128];
+    snprintf(what, sizeof what, "attn_decode %s kv %d b %d max_split %d", c->sh->name, c->kv, c->b, c->max_split);
+    /* GPU and CPU differ in the order of (1) each score's head_dim-term dot product (error
+     * <= dh u scale sum|q_c k_c| <= dh u smax), which moves a softmax weight by that relative
+     * amount, and (2) the len-term softmax sums (<= len u relative, the weighted sum of v
+     * bounded by vmax); the split merges add a few roundings and expf <= 2 ulp each side:
+     * tol = 4 u vmax (len + dh smax + 16) + 4 u |o| (the gate only shrinks the error). */
+    double *tol = halloc(nq * sizeof(double));
+    decode_tol(c, a.o, tol);
+    check_bound(what, o, a.o, tol, nq);
+    check_q8_1_of(what, yq, o, (int64_t)nq);
+    check_q8_1_close(what, yq, a.o, tol, (int64_t)nq);
+    *o_out = o;
+    *yq_out = yq;
+}
+
+/* Isolation: row r of c, placed at row `at` of a `tier`-wide launch whose other rows are
+ * c's other rows (read-only caches can be shared), gives the bytes it gave in c. */
+static void decode_isolation(const decode_case *c, const float *o, const uint8_t *yq, int r, int tier, int at)
+{
+    const int dh = c->sh->head_dim, width = c->sh->n_head * dh;
+    decode_case t = *c;
+    t.b = tier;
+    t.pos = halloc(sizeof(int32_t) * (size_t)tier);
+    t.q = halloc(sizeof(float) * (size_t)tier * width);
+    t.qg = halloc(sizeof(float) * 2 * (size_t)tier * width);
+    uint64_t *kt = halloc(sizeof(uint64_t) * (size_t)tier), *vt = halloc(sizeof(uint64_t) * (size_t)tier);
+    for (int i = 0; i < tier; i++) {
+        const int src = i == at ? r : (i * 5 + 1) % c->b;
+        t.pos[i] = c->pos[src];
+        memcpy(t.q + (size_t)i * width, c->q + (size_t)src * width, sizeof(float) * (size_t)width);
+        memcpy(t.qg + 2 * (size_t)i * width, c->qg + 2 * (size_t)src * width, sizeof(float) * 2 * (size_t)width);
+        kt[i] = c->kc.dbase[src];
+        vt[i] = c->vc.dbase[src];
+    }
+    t.kc.dtab = dup_h2d(kt, sizeof(uint64_t) * (size_t)tier);
+    t.vc.dtab = dup_h2d(vt, sizeof(uint64_t) * (size_t)tier);
+    float *o2 = halloc(sizeof(float) * (size_t)tier * width);
+    uint8_t *yq2 = halloc((size_t)tier * width / 32 * sizeof(memra_block_q8_1));
+    decode_gpu(&t, o2, yq2);
+    const size_t qb = (size_t)width / 32 * sizeof(memra_block_q8_1);
+    check_same("attn_decode o: row in another tier", o2 + (size_t)at * width, o + (size_t)r * width,
+               sizeof(float) * (size_t)width);
+    check_same("attn_decode y_q: row in another tier", yq2 + (size_t)at * qb, yq + (size_t)r * qb, qb);
+}
+
+static void decode_run(const attn_shape *sh, int kv, const int32_t *pos, int b, int n_ctx, int max_split, tu_rng *r)
+{
+    decode_case c = {.sh = sh, .kv = kv, .b = b, .n_ctx = n_ctx, .max_split = max_split};
+    c.pos = halloc(sizeof(int32_t) * (size_t)b);
+    memcpy(c.pos, pos, sizeof(int32_t) * (size_t)b);
+    decode_fill(&c, r);
+    float *o;
+    uint8_t *yq;
+    decode_check(&c, &o, &yq);
+    const size_t nq = (size_t)b * (size_t)(sh->n_head * sh->head_dim);
+    float *o2 = halloc(nq * sizeof(float));
+    uint8_t *yq2 = halloc(nq / 32 * sizeof(memra_block_q8_1));
+    decode_gpu(&c, o2, yq2);
+    check_same("attn_decode o run to run", o2, o, nq * sizeof(float));
+    check_same("attn_decode y_q run to run", yq2, yq, nq / 32 * sizeof(memra_block_q8_1));
+    decode_isolation(&c, o, yq, b - 1, 1, 0);
+    decode_isolation(&c, o, yq, 0, 16, 13);
+}
+
+START_TEST(test_attn_decode)
+{
+    GPU_OR_SKIP();
+    tu_rng r;
+    tu_rng_seed(&r, 0xDEC0u);
+    /* contexts 1, 7, 1000, 5000 (positions + 1) in one launch, plus a row outside the cache */
+    static const int32_t pos[] = {999, 0, 4999, 6, 5003};
+    for (size_t i = 0; i < sizeof k_attn_shapes / sizeof k_attn_shapes[0]; i++)
+        for (int kv = 0; kv < 2; kv++)
+            decode_run(&k_attn_shapes[i], kv ? MEMRA_QT_Q8_0 : MEMRA_QT_F16, pos, i % 2 ? 4 : 5, 5003, 32, &r);
+}
+END_TEST
+
+START_TEST(test_attn_decode_splits)
+{
+    GPU_OR_SKIP();
+    tu_rng r;
+    tu_rng_seed(&r, 0xDEC1u);
+    /* max_split 1 (one CTA scans 5000 keys), 3 (long splits), 64 (more splits than the rows
+     * use) and 20, where 5121 keys make 20 splits of 272 and the last one empty (l = 0). */
+    static const int32_t pos[] = {4999, 256, 255, 4096}, pos2[] = {5120, 4999, 0};
+    decode_run(&k_attn_shapes[1], MEMRA_QT_F16, pos, 4, 5003, 1, &r);
+    decode_run(&k_attn_shapes[1], MEMRA_QT_Q8_0, pos, 4, 5003, 3, &r);
+    decode_run(&k_attn_shapes[3], MEMRA_QT_F16, pos, 4, 5003, 64, &r);
+    decode_run(&k_attn_shapes[7], MEMRA_QT_F16, pos, 3, 5003, 7, &r);
+    decode_run(&k_attn_shapes[1], MEMRA_QT_F16, pos2, 3, 5121, 20, &r);
+    decode_run(&k_attn_shapes[4], MEMRA_QT_Q8_0, pos2, 3, 5121, 20, &r);
+}
+END_TEST
+
+START_TEST(test_attn_rejects)
+{
+    GPU_OR_SKIP();
+    memra_attn_decode_args a = {.q = (float *)16, .qg = (float *)16, .positions = (int32_t *)16,
+                                .k_cache = (uint64_t *)16, .v_cache = (uint64_t *)16, .scratch = NULL,
+                                .y_q = (void *)16, .n_head = 8, .n_head_kv = 2, .head_dim = 64,
+                                .kv_type = MEMRA_QT_F16, .n_ctx = 10, .max_split = 4, .b = 1, .scale = 0.125f};
+    ck_assert_int_eq(memra_attn_decode_cuda(&a, 0), MEMRA_ERR_INVALID_ARG); /* no scratch */
+    a.scratch = (float *)16;
+    a.n_head_kv = 3;
+    ck_assert_int_eq(memra_attn_decode_cuda(&a, 0), MEMRA_ERR_INVALID_ARG);
+    a.n_head_kv = 2;
+    a.kv_type = MEMRA_QT_Q4_0;
+    ck_assert_int_eq(memra_attn_decode_cuda(&a, 0), MEMRA_ERR_INVALID_ARG);
+    memra_attn_prep_args p = {0};
+    ck_assert_int_eq(memra_attn_prep_cuda(&p, 0), MEMRA_ERR_INVALID_ARG);
+}
+END_TEST
+
+/* ===================================== gdn_step ===================================== */
+
+typedef struct gdn_shape {
+    const char *name;
+    int hk, hv, dk, dv, conv_k, head_map;
+} gdn_shape;
+
+static const gdn_shape k_gdn_shapes[] = {
+    {"qwen35-9b", 16, 32, 128, 128, 4, MEMRA_GDN_HEADS_TILED},
+    {"qwen35-0.8b", 16, 16, 128, 128, 4, MEMRA_GDN_HEADS_TILED},
+    {"qwen35-27b", 16, 48, 128, 128, 4, MEMRA_GDN_HEADS_TILED}, /* clusters of 3 */
+    {"qwen3next", 16, 32, 128, 128, 4, MEMRA_GDN_HEADS_GROUPED},
+    {"dk256", 2, 4, 256, 64, 4, MEMRA_GDN_HEADS_TILED},
+    {"dk64-generic", 4, 8, 64, 64, 3, MEMRA_GDN_HEADS_GROUPED},
+    {"r16-generic", 1, 16, 128, 128, 4, MEMRA_GDN_HEADS_TILED},   /* 16 heads share a key head */
+    {"dv16-generic", 2, 4, 48, 16, 2, MEMRA_GDN_HEADS_TILED},     /* q8_1 blocks straddle heads */
+};
+
+/* Host side of a gdn_step case: inputs, weights, the two state blocks and their initial
+ * bytes. */
+typedef struct gdn_case {
+    const gdn_shape *sh;
+    int b, cc, cv;
+    float *conv_w, *dt_bias, *ssm_a, *norm_w;
+    regions conv, ssm;
+    uint8_t *conv0, *ssm0; /* initial state blocks */
+} gdn_case;
+
+static void gdn_init(gdn_case *c, const gdn_shape *sh, int b, tu_rng *r)
+{
+    c->sh = sh;
+    c->b = b;
+    c->cv = sh->hv * sh->dv;
+    c->cc = 2 * sh->hk * sh->dk + c->cv;
+    c->conv_w = rand_vec(r, (size_t)c->cc * (size_t)sh->conv_k, 0.5f);
+    c->dt_bias = rand_vec(r, (size_t)sh->hv, 0.5f);
+    c->ssm_a = rand_vec(r, (size_t)sh->hv, 0.5f);
+    for (int h = 0; h < sh->hv; h++)
+        c->ssm_a[h] = -expf(c->ssm_a[h]); /* -exp(A_log) < 0 */
+    c->norm_w = rand_vec(r, (size_t)sh->dv, 0.1f);
+    for (int j = 0; j < sh->dv; j++)
+        c->norm_w[j] += 1.0f;
+    regions_init(&c->conv, b, sizeof(float) * (size_t)c->cc * (size_t)(sh->conv_k - 1));
+    regions_init(&c->ssm, b, sizeof(float) * (size_t)c->cv * (size_t)sh->dk);
+    for (int i = 0; i < b; i++) {
+        float *cs = (float *)region_h(&c->conv, i), *ss = (float *)region_h(&c->ssm, i);
+        for (size_t e = 0; e < c->conv.bytes / sizeof(float); e++)
+            cs[e] = tu_rng_normal(r);
+        for (size_t e = 0; e < c->ssm.bytes / sizeof(float); e++)
+            ss[e] = 0.3f * tu_rng_normal(r);
+    }
+    regions_upload(&c->conv);
+    regions_upload(&c->ssm);
+    c->conv0 = halloc(c->conv.stride * (size_t)b);
+    c->ssm0 = halloc(c->ssm.stride * (size_t)b);
+    memcpy(c->conv0, c->conv.h, c->conv.stride * (size_t)b);
+    memcpy(c->ssm0, c->ssm.h, c->ssm.stride * (size_t)b);
+}
+
+/* One step's activations (host). */
+static memra_gdn_step_args gdn_step_inputs(const gdn_case *c, tu_rng *r)
+{
+    const gdn_shape *sh = c->sh;
+    memra_gdn_step_args a = {.qkv = rand_vec(r, (size_t)c->b * (size_t)c->cc, 1.0f),
+                             .z = rand_vec(r, (size_t)c->b * (size_t)c->cv, 1.0f),
+                             .beta = rand_vec(r, (size_t)c->b * (size_t)sh->hv, 1.0f),
+                             .alpha = rand_vec(r, (size_t)c->b * (size_t)sh->hv, 1.0f),
+                             .conv_w = c->conv_w, .dt_bias = c->dt_bias, .ssm_a = c->ssm_a, .norm_w = c->norm_w,
+                             .conv_state = c->conv.htab, .ssm_state = c->ssm.htab,
+                             .y_q = halloc((size_t)c->b * (size_t)c->cv / 32 * sizeof(memra_block_q8_1)),
+                             .o = halloc(sizeof(float) * (size_t)c->b * (size_t)c->cv), .n_k_head = sh->hk,
+                             .n_v_head = sh->hv, .head_k_dim = sh->dk, .head_v_dim = sh->dv, .conv_k = sh->conv_k,
+                             .head_map = sh->head_map, .b = c->b, .eps = 1e-6f};
+    return a;
+}
+
+/* Runs a (host args) on the GPU with row tables ct / st; returns o and y_q. */
+static void gdn_gpu(const gdn_case *c, const memra_gdn_step_args *a, const uint64_t *ct, const uint64_t *st,
+                    float *o, uint8_t *yq)
+{
+    const gdn_shape *sh = c->sh;
+    const size_t nq = (size_t)a->b * (size_t)c->cv / 32 * sizeof(memra_block_q8_1);
+    memra_gdn_step_args g = *a;
+    g.qkv = dup_h2d(a->qkv, sizeof(float) * (size_t)a->b * (size_t)c->cc);
+    g.z = dup_h2d(a->z, sizeof(float) * (size_t)a->b * (size_t)c->cv);
+    g.beta = dup_h2d(a->beta, sizeof(float) * (size_t)a->b * (size_t)sh->hv);
+    g.alpha = dup_h2d(a->alpha, sizeof(float) * (size_t)a->b * (size_t)sh->hv);
+    g.conv_w = dup_h2d(c->conv_w, sizeof(float) * (size_t)c->cc * (size_t)sh->conv_k);
+    g.dt_bias = dup_h2d(c->dt_bias, sizeof(float) * (size_t)sh->hv);
+    g.ssm_a = dup_h2d(c->ssm_a, sizeof(float) * (size_t)sh->hv);
+    g.norm_w = dup_h2d(c->norm_w, sizeof(float) * (size_t)sh->dv);
+    g.conv_state = ct;
+    g.ssm_state = st;
+    g.y_q = dalloc(nq);
+    g.o = dalloc(sizeof(float) * (size_t)a->b * (size_t)c->cv);
+    poison(g.y_q, nq);
+    poison(g.o, sizeof(float) * (size_t)a->b * (size_t)c->cv);
+    CK_OP(memra_gdn_step_cuda(&g, 0));
+    d2h(o, g.o, sizeof(float) * (size_t)a->b * (size_t)c->cv);
+    d2h(yq, g.y_q, nq);
+}
+
+/* Tolerances. o: each state row's two dk-term dot products (r = S^T k, o = S^T q) are
+ * summed in another order (butterfly vs sequential): <= dk u sum|s_i q_i| per o_j, and
+ * r's error reaches o through delta; relative to the head's rms (which the gated norm
+ * divides out) sum|s_i q_i| / rms(o) is <= ~sqrt(dk) for these random states: a factor 32
+ * covers it twice, plus expf / log1pf <= 2 ulp in lambda, beta, silu:
+ * tol = 2 dk u 32 |norm_w silu(z)| + 16 u |o|, times the steps taken (errors carried by the
+ * state). State: s' = lambda s + k delta, delta off by <= beta dk u sum|s_i k_i| <=
+ * dk u sqrt(dk) max|s| (|k| = 1): tol = 2 dk sqrt(dk) u max|s| + 8 u |s'|, times steps. */
+static void gdn_check_o(const gdn_case *c, const memra_gdn_step_args *a, const float *o, const uint8_t *yq,
+                        int steps, const char *what)
+{
+    const size_t n = (size_t)c->b * (size_t)c->cv;
+    double *tol = halloc(n * sizeof(double));
+    for (size_t e = 0; e < n; e++) {
+        const double z = a->z[e], sz = z / (1.0 + exp(-z));
+        tol[e] = steps * (2.0 * c->sh->dk * U32 * 32 * fabs(c->norm_w[e % (size_t)c->sh->dv] * sz) +
+                          16 * U32 * fabs(a->o[e]));
+    }
+    check_bound(what, o, a->o, tol, n);
+    check_q8_1_of(what, yq, o, (int64_t)n);
+    check_q8_1_close(what, yq, a->o, tol, (int64_t)n);
+}
+
+static void gdn_check_state(const gdn_case *c, int steps, const char *what)
+{
+    uint8_t *conv = halloc(c->conv.stride * (size_t)c->b), *ssm = halloc(c->ssm.stride * (size_t)c->b);
+    regions_download(&c->conv, conv);
+    regions_download(&c->ssm, ssm);
+    check_same("gdn_step conv state (data movement: bit-identical)", conv, c->conv.h, c->conv.stride * (size_t)c->b);
+    const size_t n = c->ssm.stride * (size_t)c->b / sizeof(float);
+    const float *want = (const float *)c->ssm.h;
+    double mx = 0;
+    for (size_t e = 0; e < n; e++)
+        mx = fmax(mx, fabs(want[e]));
+    double *tol = halloc(n * sizeof(double));
+    for (size_t e = 0; e < n; e++)
+        tol[e] = steps * (2.0 * c->sh->dk * sqrt((double)c->sh->dk) * U32 * mx + 8 * U32 * fabs(want[e]));
+    check_bound(what, (const float *)ssm, want, tol, n);
+}
+
+static void gdn_case_run(const gdn_shape *sh, int b, int steps, tu_rng *r)
+{
+    gdn_case c;
+    gdn_init(&c, sh, b, r);
+    const size_t n = (size_t)b * (size_t)c.cv, nq = n / 32 * sizeof(memra_block_q8_1);
+    float *o = halloc(n * sizeof(float));
+    uint8_t *yq = halloc(nq);
+    char what[96];
+    memra_gdn_step_args a;
+    for (int s = 0; s < steps; s++) {
+        a = gdn_step_inputs(&c, r);
+        gdn_gpu(&c, &a, c.conv.dtab, c.ssm.dtab, o, yq);
+        ck_assert_int_eq(memra_gdn_step_ref(&a), MEMRA_OK);
+        snprintf(what, sizeof what, "gdn_step %s b %d step %d", sh->name, b, s);
+        gdn_check_o(&c, &a, o, yq, s + 1, what);
+    }
+    snprintf(what, sizeof what, "gdn_step %s b %d ssm state", sh->name, b);
+    gdn_check_state(&c, steps, what);
+    if (steps != 1)
+        return;
+    /* isolation and run to run (one step from the initial state) */
+    uint8_t *conv1 = halloc(c.conv.stride * (size_t)b), *ssm1 = halloc(c.ssm.stride * (size_t)b);
+    regions_download(&c.conv, conv1);
+    regions_download(&c.ssm, ssm1);
+    h2d(c.conv.d, c.conv0, c.conv.stride * (size_t)b);
+    h2d(c.ssm.d, c.ssm0, c.ssm.stride * (size_t)b);
+    float *o2 = halloc(n * sizeof(float));
+    uint8_t *yq2 = halloc(nq), *st = halloc(c.ssm.stride * (size_t)b);
+    gdn_gpu(&c, &a, c.conv.dtab, c.ssm.dtab, o2, yq2);
+    regions_download(&c.ssm, st);
+    check_same("gdn_step o run to run", o2, o, n * sizeof(float));
+    check_same("gdn_step state run to run", st, ssm1, c.ssm.stride * (size_t)b);
+    const int rr = b - 1;
+    h2d(c.conv.d, c.conv0, c.conv.stride * (size_t)b);
+    h2d(c.ssm.d, c.ssm0, c.ssm.stride * (size_t)b);
+    memra_gdn_step_args a1 = a;
+    a1.b = 1;
+    a1.qkv += (size_t)rr * (size_t)c.cc;
+    a1.z += (size_t)rr * (size_t)c.cv;
+    a1.beta += (size_t)rr * (size_t)sh->hv;
+    a1.alpha += (size_t)rr * (size_t)sh->hv;
+    gdn_gpu(&c, &a1, regions_dtab1(&c.conv, rr), regions_dtab1(&c.ssm, rr), o2, yq2);
+    regions_download(&c.ssm, st);
+    check_same("gdn_step o row alone", o2, o + (size_t)rr * (size_t)c.cv, (size_t)c.cv * sizeof(float));
+    check_same("gdn_step y_q row alone", yq2, yq + nq / (size_t)b * (size_t)rr, nq / (size_t)b);
+    check_same("gdn_step state row alone", region_in(&c.ssm, st, rr), region_in(&c.ssm, ssm1, rr), c.ssm.bytes);
+    uint8_t *cs = halloc(c.conv.stride * (size_t)b);
+    regions_download(&c.conv, cs);
+    check_same("gdn_step conv row alone", region_in(&c.conv, cs, rr), region_in(&c.conv, conv1, rr), c.conv.bytes);
+}
+
+START_TEST(test_gdn_step)
+{
+    GPU_OR_SKIP();
+    tu_rng r;
+    tu_rng_seed(&r, 0x6D17u);
+    static const int bs[] = {1, 3, 16, 5};
+    for (size_t i = 0; i < sizeof k_gdn_shapes / sizeof k_gdn_shapes[0]; i++)
+        gdn_case_run(&k_gdn_shapes[i], bs[i % 4], 1, &r);
+    gdn_case_run(&k_gdn_shapes[0], 16, 1, &r);
+    gdn_case_run(&k_gdn_shapes[0], 3, 4, &r); /* state and conv window carried over 4 steps */
+    gdn_case_run(&k_gdn_shapes[5], 2, 3, &r);
+}
+END_TEST
+
+START_TEST(test_gdn_rejects)
+{
+    GPU_OR_SKIP();
+    memra_gdn_step_args a = {0};
+    ck_assert_int_eq(memra_gdn_step_cuda(&a, 0), MEMRA_ERR_INVALID_ARG);
+    ck_assert_int_eq(memra_gdn_step_cuda(NULL, 0), MEMRA_ERR_INVALID_ARG);
+}
+END_TEST
+
+/* ====================================== sample ====================================== */
+
+static void sample_gpu(const memra_sample_args *a, int32_t *tok)
+{
+    memra_sample_args g = *a;
+    const size_t nl = (size_t)a->b * (size_t)a->n_vocab;
+    g.logits = dup_h2d(a->logits, nl * sizeof(float));
+    g.params = dup_h2d(a->params, sizeof(memra_sample_params) * (size_t)a->b);
+    g.out_tokens = dalloc(sizeof(int32_t) * (size_t)a->b);
+    poison(g.out_tokens, sizeof(int32_t) * (size_t)a->b);
+    g.scratch = dalloc(2 * nl * sizeof(float));
+    poison(g.scratch, 2 * nl * sizeof(float));
+    CK_OP(memra_sample_cuda(&g, 0));
+    d2h(tok, g.out_tokens, sizeof(int32_t) * (size_t)a->b);
+}
+
+/* The parameter mix of the sampling tests (cycled over the rows). */
+static memra_sample_params sample_params(int i, uint64_t step)
+{
+    static const memra_sample_params k[] = {
+        {.temperature = 0.0f},                                      /* greedy */
+        {.temperature = 0.7f, .top_k = 40, .top_p = 0.9f},
+        {.temperature = 1.0f, .top_k = 0, .top_p = 0.95f},
+        {.temperature = 1.3f, .top_k = 0, .top_p = 1.0f},           /* temperature only */
+        {.temperature = 0.8f, .top_k = 5, .top_p = 0.0f},
+        {.temperature = 0.9f, .top_k = 1},                          /* greedy by top_k */
+        {.temperature = 2.0f, .top_k = 1000, .top_p = 0.5f},
+        {.temperature = 1e-3f, .top_k = 0, .top_p = 0.999f},
+    };
+    memra_sample_params p = k[i % (int)(sizeof k / sizeof k[0])];
+    p.seed = 0x5EED0000u + (uint64_t)i * 977u;
+    p.step = step;
+    return p;
+}
+
+/* Token equality with the reference: the rule is exact except for the order of the mass
+ * sums (f64 vs exact integers here) and expf's last ulp; a draw can differ only when
+ * u * mass lands within ~1e-7 (relative) of a token boundary: ~1e-6 per draw, and these
+ * seeds do not. */
+static void sample_case(int n_vocab, int b, float spread, uint64_t step, tu_rng *r)
+{
+    float *l = rand_vec(r, (size_t)b * (size_t)n_vocab, spread);
+    memra_sample_params *p = halloc(sizeof *p * (size_t)b);
+    for (int i = 0; i < b; i++)
+        p[i] = sample_params(i + (int)step, step + (uint64_t)i);
+    memra_sample_args a = {.logits = l, .params = p, .out_tokens = halloc(sizeof(int32_t) * (size_t)b),
+                           .n_vocab = n_vocab, .b = b};
+    ck_assert_int_eq(memra_sample_ref(&a), MEMRA_OK);
+    int32_t *tok = halloc(sizeof(int32_t) * (size_t)b);
+    sample_gpu(&a, tok);
+    for (int i = 0; i < b; i++)
+        ck_assert_msg(tok[i] == a.out_tokens[i], "sample V %d row %d (T %g k %d p %g): token %d, want %d", n_vocab, i,
+                      (double)p[i].temperature, p[i].top_k, (double)p[i].top_p, tok[i], a.out_tokens[i]);
+    /* isolation: the last row alone */
+    memra_sample_args a1 = a;
+    a1.b = 1;
+    a1.logits = l + (size_t)(b - 1) * (size_t)n_vocab;
+    a1.params = p + b - 1;
+    int32_t t1;
+    sample_gpu(&a1, &t1);
+    ck_assert_int_eq(t1, tok[b - 1]);
+}
+
+START_TEST(test_sample)
+{
+    GPU_OR_SKIP();
+    tu_rng r;
+    tu_rng_seed(&r, 0x5A4Du);
+    sample_case(1, 1, 1.0f, 0, &r);
+    sample_case(5, 8, 1.0f, 1, &r);
+    sample_case(1000, 16, 3.0f, 2, &r);
+    sample_case(1000, 16, 0.3f, 3, &r);     /* flat: long top-p tails */
+    sample_case(32000, 9, 4.0f, 4, &r);
+    sample_case(248320, 4, 3.0f, 5, &r);    /* the qwen35 vocabulary */
+    sample_case(248320, 4, 1.0f, 9, &r);
+    sample_case(400003, 2, 3.0f, 13, &r);   /* beyond the shared-memory slices: scratch path */
+}
+END_TEST
+
+START_TEST(test_sample_draws)
+{
+    GPU_OR_SKIP();
+    tu_rng r;
+    tu_rng_seed(&r, 0x5A4Eu);
+    /* many (seed, step) draws of one distribution: the tokens follow the reference */
+    const int v = 64, b = 16;
+    float *l = rand_vec(&r, (size_t)v, 1.0f);
+    for (uint64_t step = 0; step < 16; step++) {
+        memra_sample_args a = {.logits = halloc(sizeof(float) * (size_t)b * v), .params = halloc(sizeof(memra_sample_params) * b),
+                               .out_tokens = halloc(sizeof(int32_t) * b), .n_vocab = v, .b = b};
+        for (int i = 0; i < b; i++) {
+            memcpy((float *)a.logits + (size_t)i * v, l, sizeof(float) * v);
+            ((memra_sample_params *)a.params)[i] = (memra_sample_params){.temperature = 1.0f, .top_p = 0.9f,
+                                                                         .seed = 42u + (uint64_t)i, .step = step};
+        }
+        ck_assert_int_eq(memra_sample_ref(&a), MEMRA_OK);
+        int32_t tok[16];
+        sample_gpu(&a, tok);
+        for (int i = 0; i < b; i++)
+            ck_assert_msg(tok[i] == a.out_tokens[i], "draw seed %d step %d: %d want %d", 42 + i, (int)step, tok[i],
+                          a.out_tokens[i]);
+    }
+}
+END_TEST
+
+START_TEST(test_sample_edges)
+{
+    GPU_OR_SKIP();
+    const int v = 16;
+    float l[4 * 16];
+    for (int i = 0; i < 4 * v; i++)
+        l[i] = (float)(i % 5);
+    l[v + 9] = 7.0f; /* row 1: max at 9 and 3 -> 3 */
+    l[v + 3] = 7.0f;
+    for (int i = 0; i < v; i++)
+        l[2 * v + i] = NAN; /* row 2: all NaN -> 0 */
+    l[3 * v + 11] = INFINITY; /* row 3: +inf -> greedy, 11 */
+    memra_sample_params p[4];
+    for (int i = 0; i < 4; i++)
+        p[i] = (memra_sample_params){.temperature = i == 0 ? 0.0f : 1.0f, .top_p = 0.9f, .seed = 1, .step = 2};
+    p[1].temperature = 0.0f;
+    memra_sample_args a = {.logits = l, .params = p, .out_tokens = halloc(4 * sizeof(int32_t)), .n_vocab = v, .b = 4};
+    ck_assert_int_eq(memra_sample_ref(&a), MEMRA_OK);
+    int32_t tok[4];
+    sample_gpu(&a, tok);
+    ck_assert_int_eq(tok[0], 4); /* first of the ties at value 4 */
+    ck_assert_int_eq(tok[1], 3);
+    ck_assert_int_eq(tok[2], 0);
+    ck_assert_int_eq(tok[3], 11);
+    for (int i = 0; i < 4; i++)
+        ck_assert_int_eq(tok[i], a.out_tokens[i]);
+}
+END_TEST
+
+/* ====================================== timing ====================================== */
+
+/* Mean time per launch in microseconds of `expr` (an entry call on stream 0), measured with
+ * CUDA events over `iters` back-to-back launches after 3 warm-up launches. Eager launches:
+ * small kernels include the launch gap (~2-4 us), which a graph replay would hide. */
+#define TIME_OP(expr, iters, us_out)                                                               \
+    do {                                                                                           \
+        cudaEvent_t e0_, e1_;                                                                      \
+        CK_CUDA(cudaEventCreate(&e0_));                                                            \
+        CK_CUDA(cudaEventCreate(&e1_));                                                            \
+        for (int w_ = 0; w_ < 3; w_++)                                                             \
+            ck_assert_int_eq((expr), MEMRA_OK);                                                    \
+        CK_CUDA(cudaEventRecord(e0_, 0));                                                          \
+        for (int i_ = 0; i_ < (iters); i_++)                                                       \
+            ck_assert_int_eq((expr), MEMRA_OK);                                                    \
+        CK_CUDA(cudaEventRecord(e1_, 0));                                                          \
+        CK_CUDA(cudaEventSynchronize(e1_));                                                        \
+        float ms_ = 0;                                                                             \
+        CK_CUDA(cudaEventElapsedTime(&ms_, e0_, e1_));                                             \
+        (us_out) = 1000.0 * (double)ms_ / (double)(iters);                                         \
+        cudaEventDestroy(e0_);                                                                     \
+        cudaEventDestroy(e1_);                                                                     \
+    } while (0)
+
+static float *dev_rand(tu_rng *r, size_t n, float scale) { return dup_h2d(rand_vec(r, n, scale), n * sizeof(float)); }
+
+static void report(const char *what, double us, double bytes)
+{
+    printf("timing %-58s %9.2f us", what, us);
+    if (bytes > 0)
+        printf("  %7.1f GB/s", bytes / (us * 1e3));
+    printf("\n");
+    fflush(stdout);
+}
+
+static void time_attn_decode(int b, int ctx, int kv, int max_split, tu_rng *r)
+{
+    const int hq = 16, hkv = 4, dh = 256; /* qwen35-9b */
+    const uint64_t hb = memra_kv_head_bytes(kv, dh), region = (uint64_t)ctx * hkv * hb;
+    uint64_t *kt = halloc(sizeof(uint64_t) * (size_t)b), *vt = halloc(sizeof(uint64_t) * (size_t)b);
+    uint8_t *kd = dalloc(region * (size_t)b), *vd = dalloc(region * (size_t)b);
+    CK_CUDA(cudaMemset(kd, 0x3C, region * (size_t)b)); /* f16 1.06 / q8_0 scale 1.06, codes 60 */
+    CK_CUDA(cudaMemset(vd, 0x3C, region * (size_t)b));
+    int32_t *pos = halloc(sizeof(int32_t) * (size_t)b);
+    for (int i = 0; i < b; i++) {
+        kt[i] = (uint64_t)(uintptr_t)(kd + region * (size_t)i);
+        vt[i] = (uint64_t)(uintptr_t)(vd + region * (size_t)i);
+        pos[i] = ctx - 1;
+    }
+    const size_t nq = (size_t)b * hq * dh, ns = (size_t)b * hq * (size_t)max_split * (dh + 2);
+    memra_attn_decode_args a = {.q = dev_rand(r, nq, 1.0f), .qg = dev_rand(r, 2 * nq, 1.0f),
+                                .positions = dup_h2d(pos, sizeof(int32_t) * (size_t)b),
+                                .k_cache = dup_h2d(kt, sizeof(uint64_t) * (size_t)b),
+                                .v_cache = dup_h2d(vt, sizeof(uint64_t) * (size_t)b), .scratch = dalloc(ns * sizeof(float)),
+                                .y_q = dalloc(nq / 32 * sizeof(memra_block_q8_1)), .n_head = hq, .n_head_kv = hkv,
+                                .head_dim = dh, .kv_type = kv, .n_ctx = ctx, .max_split = max_split, .b = b,
+                                .scale = 1.0f / 16.0f};
+    double us;
+    TIME_OP(memra_attn_decode_cuda(&a, 0), 20, us);
+    char what[96];
+    snprintf(what, sizeof what, "attn_decode 9b b=%d ctx=%d kv=%s max_split=%d", b, ctx, kv == MEMRA_QT_F16 ? "f16" : "q8_0",
+             max_split);
+    report(what, us, 2.0 * (double)region * b);
+}
+
+static void time_gdn(int b, tu_rng *r)
+{
+    const int hk = 16, hv = 32, dk = 128, dv = 128, K = 4, cv = hv * dv, cc = 2 * hk * dk + cv; /* qwen35-9b */
+    enum { SETS = 4 }; /* rotate 4 state sets: 4 x 32 MiB at b = 16 exceeds the 60 MB L2 */
+    const size_t sb = sizeof(float) * (size_t)cv * dk, cb = sizeof(float) * (size_t)cc * (K - 1);
+    uint64_t *st[SETS], *ct[SETS];
+    for (int s = 0; s < SETS; s++) {
+        uint64_t *hs = halloc(sizeof(uint64_t) * (size_t)b), *hc = halloc(sizeof(uint64_t) * (size_t)b);
+        uint8_t *ds = (uint8_t *)dev_rand(r, sb / 4 * (size_t)b, 0.3f), *dcv = (uint8_t *)dev_rand(r, cb / 4 * (size_t)b, 1.0f);
+        for (int i = 0; i < b; i++) {
+            hs[i] = (uint64_t)(uintptr_t)(ds + sb * (size_t)i);
+            hc[i] = (uint64_t)(uintptr_t)(dcv + cb * (size_t)i);
+        }
+        st[s] = dup_h2d(hs, sizeof(uint64_t) * (size_t)b);
+        ct[s] = dup_h2d(hc, sizeof(uint64_t) * (size_t)b);
+    }
+    float *aw = halloc(sizeof(float) * hv);
+    for (int h = 0; h < hv; h++)
+        aw[h] = -1.0f;
+    memra_gdn_step_args a = {.qkv = dev_rand(r, (size_t)b * cc, 1.0f), .z = dev_rand(r, (size_t)b * cv, 1.0f),
+                             .beta = dev_rand(r, (size_t)b * hv, 1.0f), .alpha = dev_rand(r, (size_t)b * hv, 1.0f),
+                             .conv_w = dev_rand(r, (size_t)cc * K, 0.5f), .dt_bias = dev_rand(r, hv, 0.5f),
+                             .ssm_a = dup_h2d(aw, sizeof(float) * hv), .norm_w = dev_rand(r, dv, 1.0f),
+                             .y_q = dalloc((size_t)b * cv / 32 * sizeof(memra_block_q8_1)), .n_k_head = hk,
+                             .n_v_head = hv, .head_k_dim = dk, .head_v_dim = dv, .conv_k = K,
+                             .head_map = MEMRA_GDN_HEADS_TILED, .b = b, .eps = 1e-6f};
+    int set = 0;
+    double us;
+    TIME_OP((a.ssm_state = st[set % SETS], a.conv_state = ct[set++ % SETS], memra_gdn_step_cuda(&a, 0)), 20, us);
+    char what[64];
+    snprintf(what, sizeof what, "gdn_step 9b b=%d (state read+write)", b);
+    report(what, us, 2.0 * (double)sb * b);
+}
+
+static void time_small_ops(tu_rng *r)
+{
+    const int b = 16;
+    double us;
+    memra_rms_norm_q8_args rn = {.x = dev_rand(r, (size_t)b * 4096, 1.0f), .w = dev_rand(r, 4096, 1.0f),
+                                 .y_q = dalloc((size_t)b * 4096 / 32 * 36), .n = 4096, .b = b, .eps = 1e-6f};
+    TIME_OP(memra_rms_norm_q8_cuda(&rn, 0), 50, us);
+    report("rms_norm_q8 b=16 n=4096", us, 0);
+    memra_silu_mul_q8_args sm = {.b = b, .n_slots = 1};
+    sm.slot[0] = (memra_silu_mul_q8_slot){.g = dev_rand(r, (size_t)b * 12288, 1.0f), .u = dev_rand(r, (size_t)b * 12288, 1.0f),
+                                          .y_q = dalloc((size_t)b * 12288 / 32 * 36), .n = 12288, .m = 1};
+    TIME_OP(memra_silu_mul_q8_cuda(&sm, 0), 50, us);
+    report("silu_mul_q8 b=16 n=12288", us, 0);
+    memra_moe_route_args mr = {.logits = dev_rand(r, (size_t)b * 512, 2.0f), .ids = dalloc((size_t)b * 10 * 4),
+                               .weights = dalloc((size_t)b * 10 * 4), .n_expert = 512, .n_used = 10, .b = b};
+    TIME_OP(memra_moe_route_cuda(&mr, 0), 50, us);
+    report("moe_route b=16 E=512 k=10", us, 0);
+    const size_t rb = memra_quant_row_bytes(MEMRA_QT_Q4_K, 4096);
+    uint8_t *tab = halloc(rb * 1000);
+    for (size_t i = 0; i < rb * 1000; i++)
+        tab[i] = (uint8_t)(i * 37u);
+    int32_t tok[16];
+    for (int i = 0; i < b; i++)
+        tok[i] = i * 61;
+    memra_embed_args em = {.table = dup_h2d(tab, rb * 1000), .tokens = dup_h2d(tok, sizeof tok),
+                           .x = dalloc((size_t)b * 4096 * 4), .qtype = MEMRA_QT_Q4_K, .n_embd = 4096, .n_vocab = 1000,
+                           .b = b, .row_bytes = rb};
+    TIME_OP(memra_embed_cuda(&em, 0), 50, us);
+    report("embed b=16 q4_K n_embd=4096", us, 0);
+}
+
+static void time_prep_sample(tu_rng *r)
+{
+    const int b = 16, hq = 16, hkv = 4, dh = 256, ctx = 4096, v = 248320;
+    const uint64_t region = (uint64_t)ctx * hkv * dh * 2;
+    uint8_t *kd = dalloc(region * b), *vd = dalloc(region * b);
+    uint64_t kt[16], vt[16];
+    int32_t pos[16];
+    for (int i = 0; i < b; i++) {
+        kt[i] = (uint64_t)(uintptr_t)(kd + region * (size_t)i);
+        vt[i] = (uint64_t)(uintptr_t)(vd + region * (size_t)i);
+        pos[i] = 100 * i;
+    }
+    memra_attn_prep_args ap = {.qg = dev_rand(r, (size_t)b * 2 * hq * dh, 1.0f), .k = dev_rand(r, (size_t)b * hkv * dh, 1.0f),
+                               .v = dev_rand(r, (size_t)b * hkv * dh, 1.0f), .q_norm = dev_rand(r, dh, 1.0f),
+                               .k_norm = dev_rand(r, dh, 1.0f), .positions = dup_h2d(pos, sizeof pos),
+                               .k_cache = dup_h2d(kt, sizeof kt), .v_cache = dup_h2d(vt, sizeof vt),
+                               .q = dalloc((size_t)b * hq * dh * 4), .n_head = hq, .n_head_kv = hkv, .head_dim = dh,
+                               .n_rot = 64, .sections = {11, 11, 10, 0}, .kv_type = MEMRA_QT_F16, .n_ctx = ctx, .b = b,
+                               .eps = 1e-6f, .freq_base = 1e7f, .freq_scale = 1.0f};
+    double us;
+    TIME_OP(memra_attn_prep_cuda(&ap, 0), 50, us);
+    report("attn_prep 9b b=16", us, 0);
+    memra_sample_params p[16];
+    for (int greedy = 1; greedy >= 0; greedy--) {
+        for (int i = 0; i < b; i++)
+            p[i] = greedy ? (memra_sample_params){.temperature = 0} : sample_params(i % 4 == 0 ? 1 : i, (uint64_t)i);
+        memra_sample_args sa = {.logits = dev_rand(r, (size_t)b * v, 3.0f), .params = dup_h2d(p, sizeof p),
+                                .out_tokens = dalloc(b * 4), .scratch = NULL, .n_vocab = v, .b = b};
+        TIME_OP(memra_sample_cuda(&sa, 0), 20, us);
+        report(greedy ? "sample b=16 V=248320 greedy" : "sample b=16 V=248320 top-k/top-p mix", us, 4.0 * b * v);
+    }
+}
+
+START_TEST(test_timing)
+{
+    GPU_OR_SKIP();
+    if (!getenv("MEMRA_GPU_TIMING")) {
+        fprintf(stderr, "SKIP %s: set MEMRA_GPU_TIMING=1 to time the kernels\n", __func__);
+        return;
+    }
+    tu_rng r;
+    tu_rng_seed(&r, 0x7173u);
+    time_attn_decode(16, 32768, MEMRA_QT_F16, 32, &r);
+    time_attn_decode(16, 32768, MEMRA_QT_F16, 64, &r);
+    time_attn_decode(16, 32768, MEMRA_QT_Q8_0, 32, &r);
+    time_attn_decode(1, 32768, MEMRA_QT_F16, 128, &r);
+    time_attn_decode(16, 4096, MEMRA_QT_F16, 32, &r);
+    time_gdn(16, &r);
+    time_gdn(1, &r);
+    time_small_ops(&r);
+    time_prep_sample(&r);
+}
+END_TEST
+
+/* One TCase per op (CK_RUN_CASE=attn_decode etc. selects one, e.g. under compute-sanitizer). */
+static void add_case(Suite *s, const char *name, const TTest *const *tests, int n)
+{
+    TCase *tc = tcase_create(name);
+    tcase_add_checked_fixture(tc, NULL, teardown_allocs);
+    tcase_set_timeout(tc, 600);
+    for (int i = 0; i < n; i++)
+        tcase_add_test(tc, tests[i]);
+    suite_add_tcase(s, tc);
+}
+
+#define ADD_CASE(s, name, ...)                                                                     \
+    do {                                                                                           \
+        const TTest *const t_[] = {__VA_ARGS__};                                                   \
+        add_case((s), (name), t_, (int)(sizeof t_ / sizeof t_[0]));                                \
+    } while (0)
+
+Suite *make_ops_gpu_suite(void)
+{
+    Suite *s = suite_create("ops_gpu");
+    ADD_CASE(s, "embed", test_embed, test_embed_rejects);
+    ADD_CASE(s, "rms_norm_q8", test_rms_norm_q8);
+    ADD_CASE(s, "silu_mul_q8", test_silu_mul_q8, test_silu_mul_q8_isolation);
+    ADD_CASE(s, "moe_route", test_moe_route);
+    ADD_CASE(s, "attn_prep", test_attn_prep, test_attn_rejects);
+    ADD_CASE(s, "attn_decode", test_attn_decode, test_attn_decode_splits);
+    ADD_CASE(s, "gdn_step", test_gdn_step, test_gdn_rejects);
+    ADD_CASE(s, "sample", test_sample, test_sample_draws, test_sample_edges);
+    ADD_CASE(s, "timing", test_timing);
+    return s;
+}

@@ -356,6 +356,30 @@ CONVERSATIONS = [
 ]
 
 
+def random_conversations(rng, n):
+    """Seeded conversations over the corners the template's string handling has: think tags
+    (nested, repeated, unclosed), tool responses, Python-whitespace trimming, empty turns."""
+    bits = ["hi", "你好", "<think>", "</think>", "\n", "\n\n", " ", "\t", "\u3000", "\u2028",
+            "\x1f", "\u00a0", "\u200b", "<tool_response>", "</tool_response>", "x", "🎉",
+            "<|im_end|>", "'s"]
+    out = []
+    for _ in range(n):
+        msgs = []
+        if rng.random() < 0.4:
+            msgs.append({"role": "system", "content": "".join(rng.choice(bits) for _ in range(rng.randrange(4)))})
+        for _ in range(rng.randrange(1, 7)):
+            m = {"role": rng.choice(["user", "user", "assistant", "assistant", "tool"]),
+                 "content": "".join(rng.choice(bits) for _ in range(rng.randrange(7)))}
+            if m["role"] == "assistant" and rng.random() < 0.3:
+                m["reasoning_content"] = "".join(rng.choice(bits) for _ in range(rng.randrange(4)))
+            msgs.append(m)
+        conv = {"messages": msgs, "add_generation_prompt": rng.random() < 0.7}
+        if rng.random() < 0.6:
+            conv["enable_thinking"] = rng.random() < 0.5
+        out.append(conv)
+    return out
+
+
 def render_chat(template, conv):
     """What transformers' apply_chat_template does: an ImmutableSandboxedEnvironment with
     trim_blocks/lstrip_blocks, raise_exception and a tojson filter."""
@@ -464,6 +488,9 @@ def main():
     for conv in CONVERSATIONS:
         text, error = render_chat(cfg["chat_template"], conv)
         assert (error is not None) == bool(conv.get("error")), (conv, error)
+        chats.append(dict(conv, rendered=text, error=error))
+    for conv in random_conversations(random.Random(11), 60):
+        text, error = render_chat(cfg["chat_template"], conv)
         chats.append(dict(conv, rendered=text, error=error))
     with open(os.path.join(DATA, "chat_expected.json"), "w", encoding="utf-8") as f:
         json.dump(chats, f, ensure_ascii=False, indent=1)

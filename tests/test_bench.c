@@ -1,0 +1,602 @@
+/*
+ * test_bench.c — the memra-bench machinery in CPU mode (numbers meaningless, machinery
+ * tested), on a forged tiny Qwen3.5 model (the forge's "tiny" preset, Q4_K_M mix) through
+ * the CPU backend:
+ *
+ *   - a whole run (plans made in-process, 2 tiers x 2 depths, few ticks): every JSON line
+ *     parses (jansson) with every field present and sane; the bytes per tick equal the
+ *     traffic computed here independently from the model's shape (weights from the GGUF's
+ *     tensor table, KV and recurrent state from spec/qwen35.md's state shapes); rows of the
+ *     B = 2 tick are bit-identical to tier 1; the covered targets are reported; the gnuplot
+ *     script is written (and rendered when gnuplot is installed); the temporary plan
+ *     directory is removed;
+ *   - the synthetic history of the CPU backend (memra_cpu_session_fill_synthetic): same
+ *     seed = same state in any slot, the history reaches the logits, position 0 = a fresh
+ *     session, bad calls refused without effect;
+ *   - the --phases plan rewriter (every launch of a class doubled, the set still valid) and
+ *     a phases run; reaching depths with real decode ticks; bad input; the statistics.
+ */
+#include <check.h>
+#include <dirent.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "backend_cpu.h"
+#include "bench.h"
+#include "forge.h"
+#include "planner.h"
+#include "test_util.h"
+
+/* ====================================== fixture ====================================== */
+
+static char g_model[512], g_plans[512]; /* forged tiny model; its plans, tiers 1,2 */
+static int g_ok;
+
+static void rm_dir(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *e;
+    char p[1024];
+    while ((e = readdir(d)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        unlink(p);
+    }
+    closedir(d);
+    rmdir(dir);
+}
+
+static void fix_setup(void)
+{
+    memra_err err;
+    memra_err_clear(&err);
+    tu_tmp_path(g_model, sizeof g_model, "-bench.gguf");
+    tu_tmp_path(g_plans, sizeof g_plans, "-bench-plans");
+    memra_forge_opts o;
+    memra_forge_opts_init(&o); /* the tiny preset, Q4_K_M mix */
+    o.seed = 3;
+    o.n_threads = 1;
+    if (memra_forge_write(&o, g_model, &err) != MEMRA_OK) {
+        fprintf(stderr, "forge failed: %s\n", err.msg);
+        return;
+    }
+    memra_planner_opts po;
+    memra_planner_opts_init(&po);
+    po.model_path = g_model;
+    po.out_dir = g_plans;
+    po.n_tiers = 2;
+    po.tiers[0] = 1;
+    po.tiers[1] = 2;
+    memra_planner_result *res = NULL;
+    const int rc = memra_planner_run(&po, &res, &err);
+    memra_planner_result_free(res);
+    if (rc != MEMRA_OK) {
+        fprintf(stderr, "planning failed: %s\n", err.msg);
+        return;
+    }
+    g_ok = 1;
+}
+
+static void fix_teardown(void)
+{
+    unlink(g_model);
+    rm_dir(g_plans);
+}
+
+/* A bench run on the fixture model with small settings; the caller adjusts o first. */
+static void small_opts(memra_bench_opts *o)
+{
+    memra_bench_opts_init(o);
+    o->model = g_model;
+    o->backend = MEMRA_BENCH_CPU;
+    o->ticks = 3;
+    o->warmup = 1;
+    o->copy_mib = 8; /* the host probe: 2 x 4 MiB, enough to time a memcpy */
+    o->copy_reps = 3;
+}
+
+static memra_bench_report *bench_ok(const memra_bench_opts *o)
+{
+    ck_assert_msg(g_ok, "fixture (forge + planner) failed; see stderr");
+    memra_err err;
+    memra_err_clear(&err);
+    memra_bench_report *r = NULL;
+    const int rc = memra_bench_run(o, &r, &err);
+    ck_assert_msg(rc == MEMRA_OK, "memra_bench_run: %s", err.msg);
+    ck_assert_ptr_nonnull(r);
+    return r;
+}
+
+/* ================================ independent oracle ================================= */
+
+/* Per-tick traffic of the tiny shape, from the model alone (spec/qwen35.md: every
+ * full_attn_interval-th layer is attention with an f16 KV cache of n_head_kv x head_dim per
+ * token for K and V; the others are GDN layers with a conv window of (conv_k - 1) x
+ * (2 Hk dk + Hv dv) f32 and a state of dk x dv x Hv f32, read and written back). */
+static uint64_t kv_per_token(const memra_forge_shape *s)
+{
+    const uint64_t n_attn = s->n_layer / s->full_attn_interval;
+    return n_attn * 2 * s->n_head_kv * s->head_dim * 2;
+}
+
+static uint64_t state_per_row(const memra_forge_shape *s)
+{
+    const uint64_t n_gdn = s->n_layer - s->n_layer / s->full_attn_interval;
+    const uint64_t ch = 2ull * s->ssm_n_group * s->ssm_d_state + (uint64_t)s->ssm_dt_rank * s->ssm_d_state;
+    const uint64_t conv = (s->ssm_d_conv - 1) * ch * 4;
+    const uint64_t ssm = (uint64_t)s->ssm_d_state * s->ssm_d_state * s->ssm_dt_rank * 4;
+    return n_gdn * (conv + ssm);
+}
+
+/* Weights one tick streams: every tensor once, of token_embd only the b rows it gathers. */
+static uint64_t weight_bytes(uint32_t b)
+{
+    memra_gguf *g = NULL;
+    ck_assert_int_eq(memra_gguf_open(g_model, &g, NULL), MEMRA_OK);
+    uint64_t sum = 0;
+    for (int64_t i = 0; i < memra_gguf_n_tensors(g); i++) {
+        const memra_gguf_tensor *t = memra_gguf_tensor_at(g, i);
+        sum += strcmp(t->name, "token_embd.weight") ? t->nbytes : t->nbytes / (uint64_t)t->ne[1] * b;
+    }
+    memra_gguf_close(g);
+    return sum;
+}
+
+/* ==================================== JSON lines ===================================== */
+
+static double num(json_t *o, const char *key)
+{
+    json_t *v = json_object_get(o, key);
+    ck_assert_msg(json_is_number(v), "field %s missing or not a number", key);
+    return json_number_value(v);
+}
+
+static void check_config(json_t *j, const memra_bench_report *r)
+{
+    static const char *const keys[] = {"model", "model_name", "arch", "file_type", "plans",
+                                       "backend", "device", "tiers", "depths", "ticks", "warmup",
+                                       "graphs", "phases", "prefill", "seed", "n_ctx", "n_slots",
+                                       "copy_gbs", "copy_method", "host_method", NULL};
+    for (int i = 0; keys[i]; i++)
+        ck_assert_msg(json_object_get(j, keys[i]) != NULL, "config: no %s", keys[i]);
+    ck_assert_str_eq(json_string_value(json_object_get(j, "backend")), "cpu");
+    ck_assert_str_eq(json_string_value(json_object_get(j, "arch")), "qwen35");
+    ck_assert_str_eq(json_string_value(json_object_get(j, "model")), g_model);
+    /* 1e-8: 9 significant digits in the JSON */
+    ck_assert(num(j, "copy_gbs") > 0 && fabs(num(j, "copy_gbs") - r->copy_gbs) <= 1e-8 * r->copy_gbs);
+    ck_assert_int_eq(json_array_size(json_object_get(j, "tiers")), r->opts.n_tiers);
+}
+
+/* One "case" line: fields present, numbers consistent, bytes equal to the oracle. */
+static void check_case(json_t *j, double copy_gbs, uint32_t ticks, uint32_t warmup)
+{
+    static const char *const keys[] = {
+        "tier", "depth", "ticks", "median_ms", "p99_ms", "min_ms", "mean_ms", "tok_s", "host_us",
+        "host_p99_us", "weight_bytes", "kv_bytes", "state_bytes", "bytes", "gbs", "frac_bw",
+        "launches", "graph_nodes", "rows_differ", NULL};
+    for (int i = 0; keys[i]; i++)
+        num(j, keys[i]);
+    const memra_forge_shape *s = memra_forge_preset("tiny");
+    const uint32_t b = (uint32_t)num(j, "tier"), depth = (uint32_t)num(j, "depth");
+    const double med = num(j, "median_ms");
+    ck_assert_str_eq(json_string_value(json_object_get(j, "mode")), "eager");
+    ck_assert(med > 0 && num(j, "p99_ms") >= med && num(j, "min_ms") <= med);
+    ck_assert(num(j, "host_us") > 0 && num(j, "launches") > 0 && num(j, "graph_nodes") == 0);
+    /* 1e-6: the same double expressions on both sides, but JSON carries 9 significant
+     * digits (a relative error up to 5e-9 per printed number) */
+    ck_assert(fabs(num(j, "tok_s") - b / (med * 1e-3)) <= 1e-6 * num(j, "tok_s"));
+    /* KV read per tick = (mean position + 1) tokens, plus the appended one: the timed ticks
+     * start at depth + warmup */
+    const double kv_tokens = depth + warmup + (ticks + 1) / 2.0 + 1.0;
+    ck_assert_uint_eq((uint64_t)num(j, "kv_bytes"),
+                      (uint64_t)(kv_per_token(s) * b * kv_tokens + 0.5));
+    ck_assert_uint_eq((uint64_t)num(j, "state_bytes"), 2 * state_per_row(s) * b);
+    ck_assert_uint_eq((uint64_t)num(j, "weight_bytes"), weight_bytes(b));
+    ck_assert_uint_eq((uint64_t)num(j, "bytes"), (uint64_t)num(j, "weight_bytes") +
+                      (uint64_t)num(j, "kv_bytes") + (uint64_t)num(j, "state_bytes"));
+    const double gbs = num(j, "bytes") / (med * 1e-3) / 1e9;
+    ck_assert(fabs(num(j, "gbs") - gbs) <= 1e-6 * gbs);
+    ck_assert(fabs(num(j, "frac_bw") - gbs / copy_gbs) <= 1e-6 * gbs / copy_gbs);
+    json_t *iso = json_object_get(j, "isolation");
+    if (b == 1)
+        ck_assert(json_is_null(iso));
+    else
+        ck_assert_msg(json_is_true(iso), "tier %u depth %u: rows differ from tier 1", b, depth);
+    ck_assert(json_is_null(json_object_get(j, "graph_speedup")));
+}
+
+/* Parse every line of path; count lines per type and check each. */
+static void check_json_file(const char *path, const memra_bench_report *r, int *n_case,
+                            int *n_target, int *n_phase)
+{
+    FILE *f = fopen(path, "r");
+    ck_assert_ptr_nonnull(f);
+    char line[8192];
+    int n = 0;
+    *n_case = *n_target = *n_phase = 0;
+    while (fgets(line, sizeof line, f)) {
+        json_error_t je;
+        json_t *j = json_loads(line, 0, &je);
+        ck_assert_msg(j != NULL, "line %d does not parse: %s", n + 1, je.text);
+        const char *type = json_string_value(json_object_get(j, "type"));
+        ck_assert_ptr_nonnull(type);
+        if (n == 0)
+            ck_assert_str_eq(type, "config");
+        if (!strcmp(type, "config"))
+            check_config(j, r);
+        else if (!strcmp(type, "case") && ++*n_case)
+            check_case(j, r->copy_gbs, r->opts.ticks, r->opts.warmup);
+        else if (!strcmp(type, "target") && ++*n_target)
+            ck_assert(json_is_boolean(json_object_get(j, "pass")) &&
+                      json_is_string(json_object_get(j, "name")));
+        else if (!strcmp(type, "phase") && ++*n_phase)
+            ck_assert(num(j, "base_ms") > 0 && num(j, "doubled_ms") > 0 && num(j, "launches") > 0);
+        json_decref(j);
+        n++;
+    }
+    fclose(f);
+}
+
+/* ===================================== the run ======================================= */
+
+static void check_plot(const memra_bench_report *r)
+{
+    char svg[512], script[600];
+    tu_tmp_path(svg, sizeof svg, ".svg");
+    snprintf(script, sizeof script, "%s.gp", svg);
+    int drawn = -1;
+    memra_err err;
+    memra_err_clear(&err);
+    ck_assert_msg(memra_bench_plot(r, svg, script, &drawn, &err) == MEMRA_OK, "%s", err.msg);
+    FILE *f = fopen(script, "r");
+    ck_assert_ptr_nonnull(f);
+    char buf[8192];
+    const size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = 0;
+    fclose(f);
+    ck_assert_ptr_nonnull(strstr(buf, "set terminal svg"));
+    ck_assert_ptr_nonnull(strstr(buf, "title 'depth 1024'"));
+    if (access("/usr/bin/gnuplot", X_OK) == 0)
+        ck_assert_int_eq(drawn, 1); /* installed: it must have rendered */
+    if (drawn) {
+        f = fopen(svg, "r");
+        ck_assert_ptr_nonnull(f);
+        const size_t m = fread(buf, 1, sizeof buf - 1, f);
+        buf[m] = 0;
+        fclose(f);
+        ck_assert_msg(strstr(buf, "<svg") != NULL, "%s is not an SVG", svg);
+        unlink(svg);
+    }
+    unlink(script);
+}
+
+START_TEST(test_bench_cpu_run)
+{
+    memra_bench_opts o;
+    small_opts(&o);
+    o.n_tiers = 2;
+    o.tiers[0] = 1;
+    o.tiers[1] = 2;
+    o.n_depths = 2;
+    o.depths[0] = 0;
+    o.depths[1] = 1024;
+    memra_bench_report *r = bench_ok(&o);
+    ck_assert_int_eq(r->n_cases, 4);
+    ck_assert(r->plans_generated);
+    struct stat st;
+    ck_assert_msg(stat(r->plans_dir, &st) != 0, "%s was not removed", r->plans_dir);
+
+    char json[512];
+    tu_tmp_path(json, sizeof json, ".jsonl");
+    FILE *f = fopen(json, "w");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(memra_bench_write_json(r, f, NULL), MEMRA_OK);
+    fclose(f);
+    int n_case, n_target, n_phase;
+    check_json_file(json, r, &n_case, &n_target, &n_phase);
+    unlink(json);
+    ck_assert_int_eq(n_case, 4);
+    ck_assert_int_eq(n_phase, 0);
+    /* depth 1024 with tier 1 covers the bandwidth and host-time targets (not B=16, not the
+     * graph one): a CPU reference backend misses both */
+    ck_assert_int_eq(n_target, 2);
+    ck_assert(!r->targets[0].pass && !r->targets[1].pass);
+
+    char txt[512];
+    tu_tmp_path(txt, sizeof txt, ".txt");
+    f = fopen(txt, "w+");
+    memra_bench_print_header(r, f);
+    memra_bench_print_table(r, f);
+    memra_bench_print_targets(r, f);
+    rewind(f);
+    char buf[16384];
+    buf[fread(buf, 1, sizeof buf - 1, f)] = 0;
+    fclose(f);
+    unlink(txt);
+    ck_assert_ptr_nonnull(strstr(buf, g_model));
+    ck_assert_ptr_nonnull(strstr(buf, "--tiers 1,2 --depths 0,1024 --ticks 3"));
+    ck_assert_ptr_nonnull(strstr(buf, "MISS  B=1 bandwidth"));
+    check_plot(r);
+    memra_bench_report_free(r);
+}
+END_TEST
+
+/* ================================= synthetic history ================================= */
+
+typedef struct cpu_run {
+    memra_gguf *g;
+    memra_cpu_backend *be;
+    uint32_t v;
+} cpu_run;
+
+static void cpu_open(cpu_run *c)
+{
+    ck_assert_msg(g_ok, "fixture failed");
+    memra_err err;
+    memra_err_clear(&err);
+    ck_assert_int_eq(memra_gguf_open(g_model, &c->g, &err), MEMRA_OK);
+    memra_cpu_opts o = {.n_slots = 3, .n_ctx = 256};
+    ck_assert_msg(memra_cpu_backend_open(g_plans, c->g, &o, &c->be, &err) == MEMRA_OK, "%s", err.msg);
+    c->v = memra_cpu_backend_n_vocab(c->be);
+}
+
+static void cpu_close(cpu_run *c)
+{
+    memra_cpu_backend_close(c->be);
+    memra_gguf_close(c->g);
+}
+
+/* One tick of n sessions (token 5 each); logits copied to out[n][v]. */
+static void tick(cpu_run *c, const uint32_t *sids, uint32_t n, float *out)
+{
+    const int32_t tok[2] = {5, 5};
+    memra_err err;
+    memra_err_clear(&err);
+    const memra_cpu_step st = {.n_rows = n, .sessions = sids, .tokens = tok};
+    ck_assert_msg(memra_cpu_backend_step(c->be, &st, &err) == MEMRA_OK, "%s", err.msg);
+    for (uint32_t r = 0; r < n; r++) {
+        const float *l = memra_cpu_backend_logits(c->be, r);
+        for (uint32_t i = 0; i < c->v; i++)
+            ck_assert_msg(isfinite(l[i]), "row %u logit %u = %g", r, i, l[i]);
+        memcpy(out + (size_t)r * c->v, l, sizeof(float) * c->v);
+    }
+}
+
+START_TEST(test_bench_fill_synthetic)
+{
+    cpu_run c;
+    cpu_open(&c);
+    memra_err err;
+    uint32_t s[3];
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(memra_cpu_session_admit(c.be, NULL, &s[i], &err), MEMRA_OK);
+    float *a = calloc(2 * (size_t)c.v, sizeof *a), *b = calloc(2 * (size_t)c.v, sizeof *b);
+    ck_assert(a && b);
+    /* the same seed in two slots is the same state: the two rows are identical */
+    ck_assert_int_eq(memra_cpu_session_fill_synthetic(c.be, s[0], 100, 42, &err), MEMRA_OK);
+    ck_assert_int_eq(memra_cpu_session_fill_synthetic(c.be, s[1], 100, 42, &err), MEMRA_OK);
+    ck_assert_uint_eq(memra_cpu_session_pos(c.be, s[0]), 100);
+    tick(&c, s, 2, a);
+    ck_assert_uint_eq(memra_cpu_session_pos(c.be, s[0]), 101);
+    ck_assert(memcmp(a, a + c.v, sizeof(float) * c.v) == 0);
+    /* a re-fill restores it exactly; another seed is another history (the history reaches
+     * the logits through attention and the recurrent state) */
+    ck_assert_int_eq(memra_cpu_session_fill_synthetic(c.be, s[0], 100, 42, &err), MEMRA_OK);
+    ck_assert_int_eq(memra_cpu_session_fill_synthetic(c.be, s[1], 100, 43, &err), MEMRA_OK);
+    tick(&c, s, 2, b);
+    ck_assert(memcmp(a, b, sizeof(float) * c.v) == 0);
+    ck_assert(memcmp(b, b + c.v, sizeof(float) * c.v) != 0);
+    /* position 0 is a fresh session, whatever it held */
+    ck_assert_int_eq(memra_cpu_session_fill_synthetic(c.be, s[0], 0, 42, &err), MEMRA_OK);
+    tick(&c, &s[0], 1, a);
+    tick(&c, &s[2], 1, b); /* s[2]: admitted, never stepped */
+    ck_assert(memcmp(a, b, sizeof(float) * c.v) == 0);
+    /* refused without effect */
+    ck_assert_int_eq(memra_cpu_session_fill_synthetic(c.be, s[0], 256, 1, &err), MEMRA_ERR_INVALID_ARG);
+    ck_assert_ptr_nonnull(strstr(err.msg, "n_ctx"));
+    ck_assert_int_eq(memra_cpu_session_fill_synthetic(c.be, 7, 10, 1, &err), MEMRA_ERR_INVALID_ARG);
+    ck_assert_uint_eq(memra_cpu_session_pos(c.be, s[0]), 1);
+    free(a);
+    free(b);
+    cpu_close(&c);
+}
+END_TEST
+
+/* ====================================== phases ======================================= */
+
+START_TEST(test_bench_double_op)
+{
+    ck_assert_msg(g_ok, "fixture failed");
+    char dir[512];
+    tu_tmp_path(dir, sizeof dir, "-doubled");
+    ck_assert_int_eq(mkdir(dir, 0700), 0);
+    memra_err err;
+    memra_err_clear(&err);
+    ck_assert_msg(memra_bench_plans_double_op(g_plans, dir, MEMRA_OP_MMVQ, &err) == MEMRA_OK,
+                  "%s", err.msg);
+    memra_gguf *g = NULL;
+    ck_assert_int_eq(memra_gguf_open(g_model, &g, &err), MEMRA_OK);
+    for (uint32_t tier = 1; tier <= 2; tier++) {
+        memra_plan *p = NULL, *q = NULL;
+        ck_assert_msg(memra_plan_load(g_plans, tier, 0, g, &p, &err) == MEMRA_OK, "%s", err.msg);
+        ck_assert_msg(memra_plan_load(dir, tier, 0, g, &q, &err) == MEMRA_OK, "the doubled "
+                      "plan must stay valid: %s", err.msg);
+        uint32_t k = 0, n_mmvq = 0;
+        for (uint32_t i = 0; i < p->n_launches; i++) {
+            ck_assert_uint_eq(q->launches[k].op, p->launches[i].op);
+            ck_assert(!memcmp(&q->launches[k], &p->launches[i], sizeof p->launches[i]));
+            k++;
+            if (p->launches[i].op == MEMRA_OP_MMVQ) {
+                ck_assert(!memcmp(&q->launches[k], &p->launches[i], sizeof p->launches[i]));
+                k++;
+                n_mmvq++;
+            }
+        }
+        ck_assert(n_mmvq > 0);
+        ck_assert_uint_eq(q->n_launches, k);
+        memra_plan_free(p);
+        memra_plan_free(q);
+    }
+    memra_gguf_close(g);
+    rm_dir(dir);
+    ck_assert_int_eq(memra_bench_plans_double_op(g_plans, dir, MEMRA_OP_COUNT, &err),
+                     MEMRA_ERR_INVALID_ARG);
+    ck_assert_int_eq(memra_bench_plans_double_op("/nonexistent/plans", dir, 0, &err),
+                     MEMRA_ERR_FORMAT);
+}
+END_TEST
+
+START_TEST(test_bench_phases)
+{
+    memra_bench_opts o;
+    small_opts(&o);
+    o.plans = g_plans;
+    o.n_tiers = 1;
+    o.tiers[0] = 2;
+    o.n_depths = 1;
+    o.depths[0] = 8;
+    o.ticks = 5;
+    o.phases = 1;
+    memra_bench_report *r = bench_ok(&o);
+    ck_assert(!r->plans_generated);
+    /* one phase per op class of the tier-2 plan, with that plan's launch counts */
+    memra_gguf *g = NULL;
+    memra_plan *p = NULL;
+    ck_assert_int_eq(memra_gguf_open(g_model, &g, NULL), MEMRA_OK);
+    ck_assert_int_eq(memra_plan_load(g_plans, 2, 0, g, &p, NULL), MEMRA_OK);
+    uint32_t counts[MEMRA_OP_COUNT] = {0}, n_classes = 0;
+    for (uint32_t i = 0; i < p->n_launches; i++)
+        n_classes += counts[p->launches[i].op]++ == 0;
+    ck_assert_uint_eq(r->n_phases, n_classes);
+    for (uint32_t i = 0; i < r->n_phases; i++) {
+        const memra_bench_phase *ph = &r->phases[i];
+        ck_assert_uint_eq(ph->launches, counts[ph->op]);
+        ck_assert(ph->base_ms > 0 && ph->doubled_ms > 0);
+        ck_assert(ph->marginal_ms == ph->doubled_ms - ph->base_ms);
+        /* mmvq streams every weight: doubling it adds about the whole tick (measured +107%
+         * on this model), far above the noise of interleaved medians */
+        if (ph->op == MEMRA_OP_MMVQ)
+            ck_assert_msg(ph->doubled_ms > ph->base_ms, "mmvq doubled %.3f ms <= base %.3f ms",
+                          ph->doubled_ms, ph->base_ms);
+    }
+    memra_plan_free(p);
+    memra_gguf_close(g);
+    char json[512];
+    tu_tmp_path(json, sizeof json, ".jsonl");
+    FILE *f = fopen(json, "w");
+    ck_assert_int_eq(memra_bench_write_json(r, f, NULL), MEMRA_OK);
+    fclose(f);
+    int n_case, n_target, n_phase;
+    check_json_file(json, r, &n_case, &n_target, &n_phase);
+    unlink(json);
+    ck_assert_int_eq(n_phase, (int)n_classes);
+    ck_assert_int_eq(n_target, 0); /* depth 1024 not in the run */
+    memra_bench_report_free(r);
+}
+END_TEST
+
+/* Depths reached with real decode ticks (no synthetic history, so no isolation check). */
+START_TEST(test_bench_decode_prefill)
+{
+    memra_bench_opts o;
+    small_opts(&o);
+    o.plans = g_plans;
+    o.n_tiers = 1;
+    o.tiers[0] = 2;
+    o.n_depths = 1;
+    o.depths[0] = 6;
+    o.synthetic = 0;
+    memra_bench_report *r = bench_ok(&o);
+    ck_assert_int_eq(r->n_cases, 1);
+    ck_assert_int_eq(r->cases[0].isolation, -1);
+    ck_assert(r->cases[0].median_ms > 0);
+    memra_bench_report_free(r);
+}
+END_TEST
+
+/* ===================================== bad input ===================================== */
+
+START_TEST(test_bench_bad_input)
+{
+    memra_bench_opts o;
+    memra_err err;
+    memra_bench_report *r = NULL;
+    small_opts(&o);
+    o.plans = g_plans;
+    o.n_tiers = 1;
+    o.tiers[0] = 4; /* the plan set has 1 and 2 */
+    o.n_depths = 1;
+    o.depths[0] = 0;
+    memra_err_clear(&err);
+    ck_assert_int_eq(memra_bench_run(&o, &r, &err), MEMRA_ERR_INVALID_ARG);
+    ck_assert_msg(strstr(err.msg, "tier 4") && strstr(err.msg, "1,2"), "%s", err.msg);
+    ck_assert_ptr_null(r);
+    o.tiers[0] = 1;
+    o.model = "/nonexistent/model.gguf";
+    ck_assert_int_eq(memra_bench_run(&o, &r, &err), MEMRA_ERR_IO);
+    o.model = NULL;
+    ck_assert_int_eq(memra_bench_run(&o, &r, &err), MEMRA_ERR_INVALID_ARG);
+    o.model = g_model;
+    o.tiers[0] = 17;
+    ck_assert_int_eq(memra_bench_run(&o, &r, &err), MEMRA_ERR_INVALID_ARG);
+    o.tiers[0] = 1;
+    o.ticks = 0;
+    ck_assert_int_eq(memra_bench_run(&o, &r, &err), MEMRA_ERR_INVALID_ARG);
+#ifndef MEMRA_BENCH_WITH_CUDA
+    o.ticks = 1;
+    o.backend = MEMRA_BENCH_CUDA;
+    ck_assert_int_eq(memra_bench_run(&o, &r, &err), MEMRA_ERR_UNSUPPORTED);
+#endif
+    uint32_t v[4];
+    ck_assert_int_eq(memra_bench_parse_list("1,2,16", v, 4, 16), 3);
+    ck_assert_uint_eq(v[2], 16);
+    ck_assert_int_eq(memra_bench_parse_list("1,17", v, 4, 16), -1);
+    ck_assert_int_eq(memra_bench_parse_list("1,,2", v, 4, 16), -1);
+    ck_assert_int_eq(memra_bench_parse_list("-1", v, 4, 16), -1);
+    ck_assert_int_eq(memra_bench_parse_list("", v, 4, 16), -1);
+    ck_assert_int_eq(memra_bench_parse_list("1,2,3,4,5", v, 4, 16), -1);
+}
+END_TEST
+
+START_TEST(test_bench_stats)
+{
+    double v[] = {5, 1, 4, 2, 3};
+    ck_assert(memra_bench_quantile(v, 5, 0.5) == 3);
+    double w[] = {4, 1, 3, 2};
+    ck_assert(memra_bench_quantile(w, 4, 0.5) == 2.5);
+    double x[200];
+    for (int i = 0; i < 200; i++)
+        x[i] = 199 - i;
+    ck_assert(memra_bench_quantile(x, 200, 0.99) == 197); /* nearest rank: the 198th of 200 */
+    ck_assert(memra_bench_quantile(x, 1, 0.99) == x[0]);
+    double best = 0, med = 0;
+    ck_assert_int_eq(memra_bench_copy_bw_host(1 << 20, 5, &best, &med, NULL), MEMRA_OK);
+    ck_assert(best >= med && med > 0);
+    ck_assert_int_eq(memra_bench_copy_bw_host(0, 5, &best, &med, NULL), MEMRA_ERR_INVALID_ARG);
+}
+END_TEST
+
+Suite *make_bench_suite(void)
+{
+    Suite *s = suite_create("bench");
+    TCase *tc = tcase_create("cpu");
+    tcase_set_timeout(tc, 300);
+    tcase_add_unchecked_fixture(tc, fix_setup, fix_teardown);
+    tcase_add_test(tc, test_bench_cpu_run);
+    tcase_add_test(tc, test_bench_fill_synthetic);
+    tcase_add_test(tc, test_bench_double_op);
+    tcase_add_test(tc, test_bench_phases);
+    tcase_add_test(tc, test_bench_decode_prefill);
+    tcase_add_test(tc, test_bench_bad_input);
+    tcase_add_test(tc, test_bench_stats);
+    suite_add_tcase(s, tc);
+    return s;
+}
