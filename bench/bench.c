@@ -689,7 +689,7 @@ int memra_bench_run(const memra_bench_opts *opts, memra_bench_report **out, memr
         return MEMRA_FAIL(err, MEMRA_ERR_NOMEM, "bench report: out of memory");
     c.r->opts = *opts;
     if (c.r->opts.copy_mib == 0)
-        c.r->opts.copy_mib = opts->backend == MEMRA_BENCH_CUDA ? 2048 : 256;
+        c.r->opts.copy_mib = opts->backend == MEMRA_BENCH_CUDA ? 4096 : 256;
     if (opts->backend != MEMRA_BENCH_CUDA)
         c.r->opts.graphs = 0; /* the CPU backend has no graphs */
     c.o = &c.r->opts;

@@ -57,8 +57,8 @@ typedef struct memra_bench_opts {
     memra_bench_backend backend; /* default MEMRA_BENCH_CUDA when built with it, else CPU */
     int device;          /* CUDA device ordinal (default 0) */
     uint64_t seed;       /* synthetic histories and first tokens (default 1) */
-    uint32_t copy_mib;   /* bytes the copy-bandwidth probe copies, MiB (default 2048 on the
-                            GPU, 256 on the host) */
+    uint32_t copy_mib;   /* bytes the copy-bandwidth probe copies, MiB (default 4096 on the
+                            GPU, as tick-ceiling.cu; 256 on the host) */
     uint32_t copy_reps;  /* timed copies; the best counts (default 20) */
     const char *json_path; /* also write the JSON lines here (NULL = stdout only) */
     const char *plot_path; /* SVG to draw with gnuplot (NULL = none); the script is

@@ -65,7 +65,7 @@ extern "C" int memra_bench_copy_bw_cuda(int device, uint64_t bytes, uint32_t rep
     if (cudaGetDeviceCount(&n_dev) != cudaSuccess || device >= n_dev || device < 0) {
         (void)cudaGetLastError();
         return MEMRA_FAIL(err, MEMRA_ERR_UNSUPPORTED, "copy-bandwidth probe: no CUDA device %d "
-                          "(%d visible)", device, n_dev);
+                          "(%d visible; --backend cpu measures the CPU backend)", device, n_dev);
     }
     PROBE_TRY(cudaSetDevice(device), "cudaSetDevice");
     PROBE_TRY(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");

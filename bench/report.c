@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <jansson.h>
 #include <spawn.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -277,12 +278,17 @@ static const memra_bench_case *find_case(const memra_bench_report *r, uint32_t t
     return NULL;
 }
 
-static void add_target(memra_bench_report *r, const char *name, int pass, const char *fmt, double a,
-                       double b)
+static void add_target(memra_bench_report *r, const char *name, int pass, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static void add_target(memra_bench_report *r, const char *name, int pass, const char *fmt, ...)
 {
     memra_bench_target *t = &r->targets[r->n_targets++];
+    va_list ap;
+    va_start(ap, fmt);
     snprintf(t->name, sizeof t->name, "%s", name);
-    snprintf(t->detail, sizeof t->detail, fmt, a, b);
+    vsnprintf(t->detail, sizeof t->detail, fmt, ap);
+    va_end(ap);
     t->pass = pass;
 }
 
@@ -292,24 +298,28 @@ void memra_bench_eval_targets(memra_bench_report *r)
     r->n_targets = 0;
     if (b1)
         add_target(r, "B=1 bandwidth >= 70% of copy BW", b1->frac_bw >= 0.70,
-                   "%.1f%% of the copy bandwidth (target %.0f%%)", 100 * b1->frac_bw, 70);
+                   "%.1f%% of the copy bandwidth (target 70%%)", 100 * b1->frac_bw);
     if (b1 && b16) {
         const double x = b1->tok_s > 0 ? b16->tok_s / b1->tok_s : 0;
-        add_target(r, "B=16 tok/s >= 10x B=1, rows bit-identical to tier 1",
-                   x >= 10.0 && b16->isolation == 1,
-                   "%.2fx B=1 (target 10x); rows differing from tier 1: %.0f", x,
-                   b16->isolation == 1 ? 0.0 : b16->isolation == 0 ? (double)b16->rows_differ : -1.0);
+        const char *name = "B=16 tok/s >= 10x B=1, rows bit-identical to tier 1";
+        if (b16->isolation < 0)
+            add_target(r, name, 0, "%.2fx B=1 (target 10x); rows NOT compared with tier 1 "
+                       "(needs synthetic histories)", x);
+        else
+            add_target(r, name, x >= 10.0 && b16->isolation == 1, "%.2fx B=1 (target 10x); "
+                       "%u of 16 rows differ from tier 1", x, b16->rows_differ);
     }
     double worst = -1;
-    for (uint32_t i = 0; i < r->n_cases; i++)
-        if (r->cases[i].depth == TARGET_DEPTH && r->cases[i].host_us > worst)
+    for (uint32_t i = 0; i < r->n_cases; i++) /* the primary mode: graph replay when it ran */
+        if (r->cases[i].depth == TARGET_DEPTH && r->cases[i].graph == r->cases[0].graph &&
+            r->cases[i].host_us > worst)
             worst = r->cases[i].host_us;
     if (worst >= 0)
         add_target(r, "host time per tick < 10 us at every tier", worst < 10.0,
-                   "worst median %.2f us (target < %.0f us)", worst, 10);
+                   "worst median %.2f us (target < 10 us)", worst);
     if (b1 && b1->graph && b1->eager_median_ms > 0) {
         const double x = b1->eager_median_ms / b1->median_ms;
-        add_target(r, "graph >= 1.3x eager at B=1", x >= 1.3, "%.2fx (target %.1fx)", x, 1.3);
+        add_target(r, "graph >= 1.3x eager at B=1", x >= 1.3, "%.2fx (target 1.3x)", x);
     }
 }
 

@@ -44,8 +44,10 @@
  * marked failed (their state is undefined: they can only be retired); the engine keeps
  * serving the others. A sticky error (illegal address, trap, ...) poisons the CUDA context:
  * the message says so, memra_cuda_backend_poisoned() turns true, every later call that
- * needs the device fails with MEMRA_ERR_CUDA, and close resets the device (the driver's primary
- * context reset, then the runtime's) so the process can open a new engine.
+ * needs the device fails with MEMRA_ERR_CUDA, and close resets the primary context. Whether
+ * the process can then use the device again is the driver's decision: on the H200 with driver
+ * 580 it cannot (the next open fails with the same CUDA error), so a host that must survive
+ * kernel faults runs the engine in a worker process it can restart.
  *
  * Must not: print (logs go through memra_log), allocate or decide anything per tick,
  * patch graph nodes, or touch the GPU from more than one host thread at a time (an engine
@@ -92,7 +94,8 @@ typedef struct memra_cuda_backend memra_cuda_backend;
  * out of memory, NVRTC, capture), MEMRA_ERR_INVALID_ARG (options). */
 int memra_cuda_backend_open(const char *plan_dir, const memra_gguf *g, const memra_cuda_opts *o,
                             memra_cuda_backend **out, memra_err *err);
-/* NULL is a no-op. Frees every device resource; a poisoned engine also resets the device. */
+/* NULL is a no-op. Frees every device resource; a poisoned engine also resets the primary
+ * context (see the header comment for what that does and does not recover). */
 void memra_cuda_backend_close(memra_cuda_backend *be);
 
 const memra_plan_manifest *memra_cuda_backend_manifest(const memra_cuda_backend *be);

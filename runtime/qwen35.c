@@ -691,13 +691,11 @@ int memra_qwen35_bind(const memra_gguf *g, const memra_qwen35_hparams *hp,
         goto fail;
     }
     const int64_t D = hp->n_embd, V = hp->n_vocab;
-    const int64_t embd_shape[2] = {D, V};
-    MEMRA_TRY(bind_one(&b, "token_embd.weight", BIND_REQUIRED, KIND_MATRIX, 2, embd_shape,
-                       &w->token_embd));
+    MEMRA_TRY(bind_mat(&b, "token_embd", BIND_REQUIRED, D, V, 0, &w->token_embd));
     MEMRA_TRY(bind_vec(&b, "output_norm.weight", D, &w->output_norm));
     MEMRA_TRY(bind_mat(&b, "output", BIND_OPTIONAL, D, V, 0, &w->output));
     if (!w->output.w) { /* pitfall 14: tied embeddings */
-        w->output.w = w->token_embd;
+        w->output = w->token_embd;
         w->output_tied = 1;
     }
     for (uint32_t l = 0; l < hp->n_layer; l++)

@@ -119,9 +119,9 @@ typedef struct memra_qwen35_layer {
 } memra_qwen35_layer;
 
 typedef struct memra_qwen35_weights {
-    const memra_gguf_tensor *token_embd;  /* {D, V} */
+    memra_qwen35_mat token_embd;          /* {D, V}: row t = embedding of token t (×scale) */
     const memra_gguf_tensor *output_norm; /* [D] */
-    memra_qwen35_mat output;              /* {D, V}; w == token_embd when tied */
+    memra_qwen35_mat output;              /* {D, V}; == token_embd (with its scale) when tied */
     int output_tied;                      /* 1 when output.weight was absent */
     memra_qwen35_layer layers[MEMRA_QWEN35_MAX_LAYERS]; /* [n_layer] */
 } memra_qwen35_weights;

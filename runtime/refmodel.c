@@ -533,8 +533,7 @@ int memra_ref_model_open_gguf(memra_gguf *g, const memra_ref_model_config *cfg,
         goto fail;
     }
     MEMRA_TRY(memra_qwen35_bind(g, &m->hp, m->w, err));
-    const memra_qwen35_mat embd = {.w = m->w->token_embd, .scale = NULL};
-    MEMRA_TRY(mat_prepare(m, &embd, &m->token_embd, err));
+    MEMRA_TRY(mat_prepare(m, &m->w->token_embd, &m->token_embd, err));
     MEMRA_TRY(mat_prepare(m, &m->w->output, &m->output, err));
     MEMRA_TRY(vec_to_f32(m, m->w->output_norm, &m->output_norm, err));
     int n_attn = 0, n_rec = 0;
@@ -884,8 +883,10 @@ int memra_ref_forward(const memra_ref_model *m, memra_ref_seq *s, int32_t token,
                           "(0..%u)", (int)token, hp->n_vocab - 1);
     if (s->pos >= s->n_ctx)
         return MEMRA_FAIL(err, MEMRA_ERR_CAPACITY, "sequence is full (n_ctx = %u)", s->n_ctx);
-    const ref_mat *te = &m->token_embd; /* 1. embedding row, no scaling */
+    const ref_mat *te = &m->token_embd; /* 1. embedding row (×NVFP4 scale), no other scaling */
     memra_dequantize_row(te->type, te->data + (size_t)token * te->row_bytes, s->x, hp->n_embd);
+    for (uint32_t i = 0; te->scale && i < hp->n_embd; i++)
+        s->x[i] *= te->scale[0];
     for (uint32_t l = 0; l < hp->n_layer; l++) /* 2. */
         layer_forward(m, s, &m->layers[l]);
     memra_ref_rms_norm(s->h, s->x, m->output_norm, hp->n_embd, hp->eps); /* 3. */

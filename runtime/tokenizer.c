@@ -312,36 +312,23 @@ static void merge_insert(memra_tokenizer *t, int32_t a, int32_t b, uint32_t rank
 
 /* ============================================================ pre-tokenizers */
 
-/* tokenizer.ggml.pre → split pattern. The patterns are the `Split` regexes of the
- * corresponding tokenizer.json files (llama.cpp's llama-vocab.cpp transcribes the same ones
- * for LLAMA_VOCAB_PRE_TYPE_QWEN35 / _QWEN2), rewritten in one respect: the reference
- * (`tokenizers`, Oniguruma) reads \s as the Unicode White_Space property, while PCRE2's UCP
- * \s also matches U+180E MONGOLIAN VOWEL SEPARATOR (White_Space until Unicode 6.3, now Cf).
- * So WS below is "\s but not U+180E", NOT_WS its complement, and the one negated class that
- * contains \s admits U+180E explicitly. Everything else (\p{L}, \p{M}, \p{N}, Unicode
- * case folding for (?i:...)) is PCRE2's own Unicode tables; the code-point sweep in
- * tests/test_tokenizer.c checks every code point against the reference. */
-#define WS "[^\\S\\x{180E}]"
-#define NOT_WS "[\\S\\x{180E}]"
+/* tokenizer.ggml.pre → split pattern: the `Split` regexes of the corresponding tokenizer.json
+ * files, verbatim (llama.cpp's llama-vocab.cpp transcribes the same ones for
+ * LLAMA_VOCAB_PRE_TYPE_QWEN35 / _QWEN2). \p{L}, \p{M}, \p{N}, \s and the Unicode case folding
+ * of (?i:...) are PCRE2's own tables; see encode_segment() for the one code point where
+ * PCRE2's \s and the reference's differ. The code-point sweep in tests/test_tokenizer.c
+ * checks every code point against the reference. */
 static const struct {
     const char *name;
     const char *pattern;
 } k_pre[] = {
-    /* Qwen3.5/3.6: like qwen2, with combining marks (\p{M}) kept inside words.
-     * tokenizer.json: (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}
-     *                 | ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+ */
+    /* Qwen3.5/3.6: like qwen2, with combining marks (\p{M}) kept inside words. */
     {"qwen35", "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}"
-               "| ?(?:[^\\s\\p{L}\\p{M}\\p{N}]|\\x{180E})+[\\r\\n]*|" WS "*[\\r\\n]+"
-               "|" WS "+(?!" NOT_WS ")|" WS "+"},
-    /* Qwen2/2.5/3.
-     * tokenizer.json: (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}
-     *                 | ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+ */
+               "| ?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"},
+    /* Qwen2/2.5/3. */
     {"qwen2", "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}"
-              "| ?(?:[^\\s\\p{L}\\p{N}]|\\x{180E})+[\\r\\n]*|" WS "*[\\r\\n]+"
-              "|" WS "+(?!" NOT_WS ")|" WS "+"},
+              "| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"},
 };
-#undef WS
-#undef NOT_WS
 
 static int compile_pre(memra_tokenizer *t, const char *pre, memra_err *err)
 {
@@ -915,6 +902,8 @@ typedef struct bpe_scratch {
     bpe_cand *heap;            /* [cap] min-heap on (rank, pos) */
     size_t cap, n_heap;
     pcre2_match_data *md;
+    uint8_t *subject; /* [subject_cap] a segment with U+180E replaced, see below */
+    size_t subject_cap;
 } bpe_scratch;
 
 static int cand_less(const bpe_cand *a, const bpe_cand *b)
@@ -1035,6 +1024,34 @@ fail:
     return rc;
 }
 
+/* The subject PCRE2 matches. The reference (`tokenizers`, Oniguruma) reads \s as Unicode
+ * White_Space; PCRE2's UCP \s is White_Space plus U+180E MONGOLIAN VOWEL SEPARATOR (its \h
+ * list keeps it from before Unicode 6.3). So PCRE2 gets a copy in which every U+180E is
+ * U+200B ZERO WIDTH SPACE: same UTF-8 length, and like U+180E in Oniguruma a Cf that is not
+ * White_Space, so every class decides exactly as the reference does, and the pieces are cut
+ * from the original text at the same offsets. Text without U+180E is matched in place. */
+static const uint8_t *pcre_subject(bpe_scratch *s, const uint8_t *u, size_t n, memra_err *err)
+{
+    static const char mvs[3] = {(char)0xE1, (char)0xA0, (char)0x8E}; /* U+180E */
+    static const uint8_t zwsp[3] = {0xE2, 0x80, 0x8B};               /* U+200B */
+    const uint8_t *hit = memmem(u, n, mvs, 3);
+    if (!hit)
+        return u;
+    if (n > s->subject_cap) {
+        uint8_t *p = realloc(s->subject, n);
+        if (!p) {
+            MEMRA_FAIL(err, MEMRA_ERR_NOMEM, "pre-tokenizer subject of %zu bytes", n);
+            return NULL;
+        }
+        s->subject = p;
+        s->subject_cap = n;
+    }
+    memcpy(s->subject, u, n);
+    for (; hit; hit = memmem(hit + 3, n - (size_t)(hit + 3 - u), mvs, 3))
+        memcpy(s->subject + (hit - u), zwsp, 3);
+    return s->subject;
+}
+
 /* Splits segment s[0..n) with the pre-tokenizer pattern; every match and every gap between
  * matches is a piece ("isolated" behaviour of `tokenizers`' Split). The subject ends at the
  * segment end, so look-ahead never sees past an added token, as in `tokenizers`. */
@@ -1043,9 +1060,11 @@ static int encode_segment(const memra_tokenizer *t, bpe_scratch *s, const char *
 {
     int rc = MEMRA_OK;
     size_t off = 0;
-    const uint8_t *u = (const uint8_t *)seg;
+    const uint8_t *u = (const uint8_t *)seg, *subject = pcre_subject(s, u, n, err);
+    if (!subject)
+        return MEMRA_ERR_NOMEM;
     while (off < n) {
-        int m = pcre2_match(t->re, u, n, off, PCRE2_NO_UTF_CHECK, s->md, NULL);
+        int m = pcre2_match(t->re, subject, n, off, PCRE2_NO_UTF_CHECK, s->md, NULL);
         if (m == PCRE2_ERROR_NOMATCH)
             return bpe_piece(t, s, u + off, n - off, out, err);
         if (m < 0) {
@@ -1135,6 +1154,7 @@ fail:
     free(s.prev);
     free(s.next);
     free(s.heap);
+    free(s.subject);
     free(clean);
     return rc;
 }

@@ -114,8 +114,16 @@ gen() { # name model plans extra-args...
   local ids; ids=$(grep '^ids:' "$out/run-$name.txt")
   local ref_ids; ref_ids=$(grep '^ids:' "$out/run-ref-${name%%-*}.txt" 2>/dev/null)
   local tick; tick=$(grep -Eo 'median [0-9.]+ ms, p99 [0-9.]+ ms \([0-9.]+ tokens/s' "$out/run.log" | tail -1)
-  local same=""; [ -n "$ref_ids" ] && { [ "$ids" = "$ref_ids" ] && same="ids = CPU; " || same="ids != CPU; "; }
-  row "memra-run cuda $name" "$([ $rc = 0 ] && [ "$same" != "ids != CPU; " ] && echo PASS || echo FAIL)" "$(dt "$t0")" "$same$tick"
+  # ids equal to the CPU's: all of them for tiny (bit-identical for its first 64+ steps);
+  # for 0.8b the common prefix is reported (random weights: near-ties, see CPU_TOL_REL)
+  local a b k=0 n=0 ok=1
+  IFS=, read -ra a <<<"${ids#ids: }"
+  IFS=, read -ra b <<<"${ref_ids#ids: }"
+  n=${#a[@]}
+  while [ $k -lt $n ] && [ "${a[$k]}" = "${b[$k]:-}" ]; do k=$((k + 1)); done
+  case $name in tiny-*) [ $k = $n ] || ok=0 ;; esac
+  [ $rc = 0 ] && [ $n -gt 0 ] || ok=0
+  row "memra-run cuda $name" "$([ $ok = 1 ] && echo PASS || echo FAIL)" "$(dt "$t0")" "first $k/$n ids = CPU; $tick"
 }
 for m in tiny 0.8b; do
   model=/tmp/memra-$m.gguf
@@ -142,7 +150,7 @@ cp "$out/gates.log" "$out/gpu-ops.log" "$out/run.log" "$dest/" 2>/dev/null
 
 echo
 echo "==== gates.log (summary lines) ===="
-grep -E '^(SKIP|isolation gate|graph ==|CPU agreement|tick times|  tier|  +[0-9]+ )|Checks:|:F:|:E:' "$out/gates.log"
+grep -v '^SKIP' "$out/gates.log" | grep -v '^Running suite' | cut -c1-400
 echo "==== gpu-ops.log (failures) ===="
 grep -E 'Checks:|:F:|:E:' "$out/gpu-ops.log" 2>/dev/null | head -20
 echo "==== run.log (cuda lines) ===="

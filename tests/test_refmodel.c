@@ -784,6 +784,10 @@ static void mini_tensors(const mini_cfg *c, mini_list *ls)
 {
     ls->n = 0;
     mini_add(ls, c, MK_EMBD, 2, c->D, c->V, 1, "token_embd.weight", -1);
+    if (c->scale_base && strcmp(c->scale_base, "token_embd") == 0) {
+        mini_add(ls, c, MK_CONST, 1, 1, 1, 1, "token_embd.scale", -1);
+        ls->t[ls->n - 1].value = 2.0f;
+    }
     mini_add(ls, c, MK_NORM, 1, c->D, 1, 1, "output_norm.weight", -1);
     if (!c->tie_output)
         mini_mat(ls, c, "output", 0, c->D, c->V, 0);
@@ -1571,7 +1575,7 @@ END_TEST
 START_TEST(test_scale_companion)
 {
     static const char *bases[] = {"blk.0.attn_qkv", "blk.1.ffn_down_exps", "blk.3.attn_output",
-                                  "output"};
+                                  "output", "token_embd"};
     for (int q8 = 0; q8 < 2; q8++) {
         for (size_t i = 0; i < sizeof bases / sizeof bases[0]; i++) {
             mini_cfg a = mini_moe(), b = mini_moe();
@@ -1580,7 +1584,7 @@ START_TEST(test_scale_companion)
                 a.Fe = b.Fe = 32;
             }
             a.scale_base = bases[i];
-            a.scale_alt_name = (int)(i % 2); /* both spellings of the companion */
+            a.scale_alt_name = (int)(i % 2) && i < 4; /* both spellings of the companion */
             char w[80];
             snprintf(w, sizeof w, "%s.weight", bases[i]);
             b.double_tensor = w;

@@ -497,6 +497,38 @@ START_TEST(test_detok_random_mix)
 }
 END_TEST
 
+/* Long runs of one character class are single pieces (or one regex match) of 256 KiB: they
+ * must encode (no regex stack exhaustion: each class repeat backtracks without frames, and
+ * BPE is O(m log m)) and decode back. */
+START_TEST(test_long_runs)
+{
+    REQUIRE_VOCAB();
+    static const char *const unit[] = {" ",  "a",  "<",       "7",        "\u0301", "\U0001F389",
+                                       "\n", " <", "<\u180e", "\t\u3000", "'s",     "中"};
+    const size_t target = 256 * 1024;
+    char *s = malloc(target + 8);
+    memra_token_buf b = {0};
+    for (size_t u = 0; u < sizeof unit / sizeof unit[0]; u++) {
+        size_t n = 0, l = strlen(unit[u]);
+        while (n + l <= target) {
+            memcpy(s + n, unit[u], l);
+            n += l;
+        }
+        encode_ok(g_tok, s, n, MEMRA_TOKENIZE_PARSE_SPECIAL, &b);
+        char *dec = NULL;
+        size_t dec_len = 0;
+        memra_err err;
+        memra_err_clear(&err);
+        ck_assert_int_eq(memra_tokenizer_decode(g_tok, b.ids, b.n, 0, &dec, &dec_len, &err),
+                         MEMRA_OK);
+        ck_assert_msg(dec_len == n && memcmp(dec, s, n) == 0, "run of unit %zu: round trip", u);
+        free(dec);
+    }
+    memra_token_buf_free(&b);
+    free(s);
+}
+END_TEST
+
 /* ============================================================ special tokens and ids */
 
 START_TEST(test_specials)
@@ -888,6 +920,7 @@ Suite *make_tokenizer_suite(void)
     tcase_add_test(real, test_corpus_roundtrip);
     tcase_add_test(real, test_detok_split_utf8);
     tcase_add_test(real, test_detok_random_mix);
+    tcase_add_test(real, test_long_runs);
     tcase_add_test(real, test_specials);
     tcase_add_test(real, test_gguf_roundtrip);
     tcase_add_test(real, test_bad_merges);

