@@ -110,9 +110,14 @@ function Plan:weight(name)
 end
 
 -- The NVFP4 per-tensor (or per-expert) scale companion "<name>.scale", if the file has one.
+-- The NVFP4 per-tensor scale companion: llama.cpp names it "<base>.scale" for
+-- "<base>.weight"; "<base>.weight.scale" is accepted too.
 function Plan:scale_of(w)
-    if self:has(w.name .. ".scale") then
-        return self:weight(w.name .. ".scale")
+    local base = w.name:gsub("%.weight$", "")
+    for _, name in ipairs({base .. ".scale", w.name .. ".scale"}) do
+        if self:has(name) then
+            return self:weight(name)
+        end
     end
     return nil
 end

@@ -285,20 +285,24 @@ static int hp_attention(hp_reader *r, memra_qwen35_hparams *hp)
     MEMRA_TRY(hp_f32(r, "rope.freq_base", 0, 10000.0f, &hp->freq_base));
     MEMRA_TRY(hp_rope_scaling(r, hp));
     MEMRA_TRY(hp_rope_sections(r, hp));
-    if (hp->n_attn_layers == 0)
+    /* Bounded even without attention layers: every consumer may size buffers from them. */
+    const int no_attn = hp->n_attn_layers == 0;
+    MEMRA_TRY(hp_check_dim(r, hp_key(r, "attention.head_count"), hp->n_head, no_attn));
+    MEMRA_TRY(hp_check_dim(r, hp_key(r, "attention.head_count_kv"), hp->n_head_kv, no_attn));
+    MEMRA_TRY(hp_check_dim(r, hp_key(r, "attention.key_length"), hp->head_dim, no_attn));
+    MEMRA_TRY(hp_check_dim(r, "2 * head_count * key_length",
+                           2ull * hp->n_head * hp->head_dim, no_attn));
+    MEMRA_TRY(hp_check_dim(r, "head_count_kv * key_length",
+                           (uint64_t)hp->n_head_kv * hp->head_dim, no_attn));
+    if (no_attn)
         return MEMRA_OK;
 
-    MEMRA_TRY(hp_check_dim(r, hp_key(r, "attention.head_count"), hp->n_head, 0));
-    MEMRA_TRY(hp_check_dim(r, hp_key(r, "attention.head_count_kv"), hp->n_head_kv, 0));
     if (hp->n_head % hp->n_head_kv != 0) {
         rc = MEMRA_FAIL(r->err, MEMRA_ERR_FORMAT,
                         "%s.attention.head_count (%u) is not a multiple of head_count_kv (%u)",
                         r->arch, hp->n_head, hp->n_head_kv);
         goto fail;
     }
-    MEMRA_TRY(hp_check_dim(r, hp_key(r, "attention.key_length"), hp->head_dim, 0));
-    MEMRA_TRY(hp_check_dim(r, "2 * head_count * key_length",
-                           2ull * hp->n_head * hp->head_dim, 0));
     if (hp->n_rot == 0 || hp->n_rot % 2 != 0 || hp->n_rot > hp->head_dim) {
         rc = MEMRA_FAIL(r->err, MEMRA_ERR_FORMAT,
                         "%s.rope.dimension_count = %u must be even and in 2..key_length (%u)",

@@ -584,7 +584,7 @@ static int assign_types(const memra_forge_opts *o, memra_forge_plan *p, memra_er
     return MEMRA_OK;
 }
 
-/* Inserts "<name>.scale" F32 {1} (or {E}) after every NVFP4 matrix. */
+/* Inserts "<base>.scale" F32 {1} (or {E}) after every NVFP4 matrix "<base>.weight". */
 static int add_nvfp4_companions(memra_forge_plan *p, memra_err *err)
 {
     size_t n_scale = 0;
@@ -602,7 +602,12 @@ static int add_nvfp4_companions(memra_forge_plan *p, memra_err *err)
             continue;
         memra_forge_tensor *c = &t[k];
         *c = p->t[i];
-        snprintf(c->name, sizeof c->name, "%.57s.scale", p->t[i].name);
+        /* llama.cpp names the companion tn(<tensor>, "scale"): "blk.0.ffn_up.scale". */
+        const char *nm = p->t[i].name;
+        size_t len = strlen(nm);
+        if (len > 7 && strcmp(nm + len - 7, ".weight") == 0)
+            len -= 7;
+        snprintf(c->name, sizeof c->name, "%.*s.scale", (int)(len > 57 ? 57 : len), nm);
         c->role = MEMRA_FORGE_NVFP4_SCALE;
         c->type = MEMRA_QT_F32;
         c->n_dims = 1;

@@ -251,7 +251,7 @@ static void check_tensors(const memra_gguf *g, const exp_set *e, const memra_qty
         if (with_scales && t->type == MEMRA_QT_NVFP4) {
             const memra_gguf_tensor *c = memra_gguf_tensor_at(g, ++k);
             char nm[80];
-            snprintf(nm, sizeof nm, "%s.scale", x->name);
+            snprintf(nm, sizeof nm, "%.*s.scale", (int)strlen(x->name) - 7, x->name);
             ck_assert_msg(c && strcmp(c->name, nm) == 0, "no %s after its matrix", nm);
             ck_assert_uint_eq(c->type, MEMRA_QT_F32);
             ck_assert_uint_eq(c->n_dims, 1);
@@ -432,7 +432,7 @@ static void compare_tensor(const memra_gguf *g, const memra_forge_opts *o,
         float s = 1.0f;
         if (t->type == MEMRA_QT_NVFP4) {
             char nm[80];
-            snprintf(nm, sizeof nm, "%s.scale", t->name);
+            snprintf(nm, sizeof nm, "%.*s.scale", (int)strlen(t->name) - 7, t->name);
             const memra_gguf_tensor *c = memra_gguf_find_tensor(g, nm);
             ck_assert_ptr_nonnull(c);
             s = ((const float *)c->data)[c->ne[0] > 1 ? r / t->ne[1] : 0];
@@ -460,7 +460,7 @@ static void compare_tensor(const memra_gguf *g, const memra_forge_opts *o,
 }
 
 /* Every single type on the micro MoE shape (3-D expert tensors included) has the right
- * keys and tensor table (NVFP4: a "<name>.scale" companion after every NVFP4 matrix), the
+ * keys and tensor table (NVFP4: a "<base>.scale" companion after every NVFP4 matrix "<base>.weight"), the
  * stored values are the generator's (F32 exactly, Q8_0 / NVFP4 within their bounds), and
  * gguf-py agrees. */
 START_TEST(test_single_types)

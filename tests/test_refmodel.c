@@ -1503,6 +1503,10 @@ START_TEST(test_forward_matches_f64_dense)
 {
     mini_cfg c = mini_dense();
     compare_with_f64(&c, 24, F64_ATOL);
+    c.interval = 5; /* > L: GDN only, no KV cache at all */
+    compare_with_f64(&c, 6, F64_ATOL);
+    c.interval = 1; /* attention only, no recurrent state */
+    compare_with_f64(&c, 6, F64_ATOL);
 }
 END_TEST
 

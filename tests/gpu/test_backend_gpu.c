@@ -3,7 +3,7 @@
  * with CK_FORK=no; every test says SKIP with the reason where there is no CUDA device).
  *
  * On the forged `tiny` model (Q4_K_M mix), plans made in-process (tiers 1,2,4,8,12,16):
- *   (2) isolation: 16 sequences with different prompts, lengths (121..256 tokens) and
+ *   (2) isolation: 16 sequences with different prompts, lengths (128..256 tokens) and
  *       sampling params run with continuous batching at every width 1..16 (tiers 1, 2, 4,
  *       8, 12, 16, padded in between and as sequences finish): each row's logits are
  *       memcmp-equal to the same sequence alone at tier 1, and every sampled token equal;

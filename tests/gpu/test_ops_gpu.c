@@ -936,6 +936,7 @@ static void decode_run(const attn_shape *sh, int kv, const int32_t *pos, int b, 
     check_same("attn_decode y_q run to run", yq2, yq, nq / 32 * sizeof(memra_block_q8_1));
     decode_isolation(&c, o, yq, b - 1, 1, 0);
     decode_isolation(&c, o, yq, 0, 16, 13);
+    teardown_allocs(); /* the case's ~100 MB of caches, before the next case */
 }
 
 START_TEST(test_attn_decode)
@@ -1400,6 +1401,7 @@ static void time_attn_decode(int b, int ctx, int kv, int max_split, tu_rng *r)
     snprintf(what, sizeof what, "attn_decode 9b b=%d ctx=%d kv=%s max_split=%d", b, ctx, kv == MEMRA_QT_F16 ? "f16" : "q8_0",
              max_split);
     report(what, us, 2.0 * (double)region * b);
+    teardown_allocs();
 }
 
 static void time_gdn(int b, tu_rng *r)
@@ -1434,6 +1436,7 @@ static void time_gdn(int b, tu_rng *r)
     char what[64];
     snprintf(what, sizeof what, "gdn_step 9b b=%d (state read+write)", b);
     report(what, us, 2.0 * (double)sb * b);
+    teardown_allocs();
 }
 
 static void time_small_ops(tu_rng *r)

@@ -189,8 +189,9 @@ def check_tensors(r, s, wtype, V):
         k += 1
         if t.tensor_type == QT.NVFP4:
             c = got[k] if k < len(got) else None
-            ok = c is not None and c.name == name + ".scale"
-            if check(ok, f"no {name}.scale after {name}"):
+            sname = name.removesuffix(".weight") + ".scale"  # llama.cpp: tn(<tensor>, "scale")
+            ok = c is not None and c.name == sname
+            if check(ok, f"no {sname} after {name}"):
                 check(c.tensor_type == QT.F32, f"{c.name} not F32")
                 check(tuple(int(x) for x in c.shape) == ((shape[2],) if len(shape) == 3 else (1,)),
                       f"{c.name} shape {list(c.shape)}")
@@ -333,7 +334,7 @@ def check_values(r, s, seed, max_rows):
         else:
             got = dequantize(raw.reshape(rows_total, -1)[:rows], t.tensor_type).reshape(-1)
             if t.tensor_type == QT.NVFP4:
-                sc = np.asarray(tens[name + ".scale"].data, dtype=np.float32).reshape(-1)
+                sc = np.asarray(tens[name.removesuffix(".weight") + ".scale"].data, dtype=np.float32).reshape(-1)
                 e = np.arange(rows * shape[0]) // shape[0] // shape[1]
                 got = got * sc[np.minimum(e, len(sc) - 1)]
             err = np.sqrt(np.mean((got - want) ** 2)) / max(np.sqrt(np.mean(want ** 2)), 1e-30)
