@@ -77,10 +77,11 @@ __device__ __forceinline__ float merge_w(float m, float M) { return m == -INFINI
 
 /* ---------------------------------- cache entries ------------------------------------ */
 
-/* 8 consecutive dims of one cache entry, raw, and their f32 values. */
-template <int KV> struct kv8;
+/* 8 consecutive dims of one cache entry, raw, and their f32 values. A8: entries are 8-byte
+ * aligned (q8_0 with head_dim % 128 == 0). */
+template <int KV, bool A8> struct kv8;
 
-template <> struct kv8<MEMRA_QT_F16> {
+template <bool A8> struct kv8<MEMRA_QT_F16, A8> {
     uint4 r;
     __device__ __forceinline__ void load(const u8 *entry, int d0) { r = __ldg((const uint4 *)(entry + 2 * d0)); }
     __device__ __forceinline__ void zero() { r = make_uint4(0, 0, 0, 0); }
@@ -97,25 +98,42 @@ template <> struct kv8<MEMRA_QT_F16> {
 };
 
 /* q8_0: dims d0..d0+7 lie in block d0 / 32 (34 bytes: fp16 d, 32 int8); value = q * d as
- * quant.c deq_q8_0. The block is only 2-byte aligned, so 2-byte loads. */
-template <> struct kv8<MEMRA_QT_Q8_0> {
+ * quant.c deq_q8_0. The 8 codes start at an even offset o: with 8-byte aligned entries two
+ * aligned 8-byte loads and a funnel shift fetch them, else four 2-byte loads. */
+template <bool A8> struct kv8<MEMRA_QT_Q8_0, A8> {
     u32 lo, hi, d;
     __device__ __forceinline__ void load(const u8 *entry, int d0)
     {
-        const u8 *blk = entry + 34 * (d0 / 32);
-        const u16 *q = (const u16 *)(blk + 2 + d0 % 32);
-        d = __ldg((const u16 *)blk);
-        lo = (u32)__ldg(q) | ((u32)__ldg(q + 1) << 16);
-        hi = (u32)__ldg(q + 2) | ((u32)__ldg(q + 3) << 16);
+        const int o = 34 * (d0 / 32) + 2 + d0 % 32;
+        d = __ldg((const u16 *)(entry + 34 * (d0 / 32)));
+        if (A8) {
+            const u64 *w = (const u64 *)(entry + (o & ~7));
+            const u64 w0 = __ldg(w), w1 = __ldg(w + 1);
+            const int sh = 8 * (o & 7);
+            const u64 r = sh ? (w0 >> sh) | (w1 << (64 - sh)) : w0;
+            lo = (u32)r;
+            hi = (u32)(r >> 32);
+        } else {
+            const u16 *q = (const u16 *)(entry + o);
+            lo = (u32)__ldg(q) | ((u32)__ldg(q + 1) << 16);
+            hi = (u32)__ldg(q + 2) | ((u32)__ldg(q + 3) << 16);
+        }
     }
     __device__ __forceinline__ void zero() { lo = hi = d = 0; }
+    /* code q as f32 without the quarter-rate I2F: byte q + 128 placed under the exponent of
+     * 2^23 is the float 2^23 + q + 128, and subtracting 2^23 + 128 is exact. */
+    static __device__ __forceinline__ float code(u32 biased, int c)
+    {
+        return __fsub_rn(__int_as_float((int)__byte_perm(biased, 0x4B000000u, 0x7440u | (u32)c)), 8388736.0f);
+    }
     __device__ __forceinline__ void to_f32(float *f) const
     {
         const float s = f16_to_f32((u16)d);
+        const u32 bl = lo ^ 0x80808080u, bh = hi ^ 0x80808080u;
 #pragma unroll
         for (int c = 0; c < 4; c++) {
-            f[c] = __fmul_rn(i2f((i32)(i8)(lo >> (8 * c))), s);
-            f[4 + c] = __fmul_rn(i2f((i32)(i8)(hi >> (8 * c))), s);
+            f[c] = __fmul_rn(code(bl, c), s);
+            f[4 + c] = __fmul_rn(code(bh, c), s);
         }
     }
 };
@@ -128,7 +146,36 @@ template <int DH, int HG> struct split_cfg {
     static constexpr int KPW = 32 / LPK;                /* keys per warp step */
     static constexpr int NE = 8 * VPL;                  /* dims per lane */
     static constexpr int U = HG >= 8 ? 2 : 4;           /* warp steps per batch */
+    /* the next batch's loads are issued before the current batch is computed (registers
+     * allow it up to HG = 4 at head_dim <= 256) */
+    static constexpr bool PREFETCH = HG <= 4 && DH <= 256;
 };
+
+/* Loads (masked: keys >= t1 are zero and not read) the batch of keys starting at base. */
+template <int DH, int HG, int KV, bool A8>
+__device__ __forceinline__ void load_batch(const u8 *kb, const u8 *vb, u64 tstride, int base, int t1,
+                                           kv8<KV, A8> (&kr)[split_cfg<DH, HG>::U][split_cfg<DH, HG>::VPL],
+                                           kv8<KV, A8> (&vr)[split_cfg<DH, HG>::U][split_cfg<DH, HG>::VPL],
+                                           bool (&ok)[split_cfg<DH, HG>::U])
+{
+    using C = split_cfg<DH, HG>;
+    const int lane = threadIdx.x & 31, sub = lane / C::LPK, sl = lane % C::LPK;
+#pragma unroll
+    for (int u = 0; u < C::U; u++) {
+        const int t = base + u * C::KPW + sub;
+        ok[u] = t < t1;
+#pragma unroll
+        for (int v = 0; v < C::VPL; v++) {
+            if (ok[u]) {
+                kr[u][v].load(kb + (u64)t * tstride, 8 * (sl + C::LPK * v));
+                vr[u][v].load(vb + (u64)t * tstride, 8 * (sl + C::LPK * v));
+            } else {
+                kr[u][v].zero();
+                vr[u][v].zero();
+            }
+        }
+    }
+}
 
 /* Merges accumulator (m2, l2, o2) into (m, l, o): symmetric in its two operands. */
 template <int N>
@@ -142,34 +189,18 @@ __device__ __forceinline__ void merge_acc(float &m, float &l, float *o, float m2
     m = M;
 }
 
-/* One warp's pass over its key batches of [t0, t1) for heads g0.. of the group: the
- * online-softmax state (m, l, o) of this lane's subgroup. */
-template <int DH, int HG, int KV>
-__device__ __forceinline__ void split_scan(const memra_attn_decode_args &a, const attn_geom &g,
-                                           const u8 *kb, const u8 *vb, u64 tstride, int t0, int t1,
-                                           const float (&q)[HG][split_cfg<DH, HG>::NE], float (&m)[HG],
-                                           float (&l)[HG], float (&o)[HG][split_cfg<DH, HG>::NE])
+/* One batch of keys (raw kr / vr, validity ok) folded into the online-softmax state
+ * (m, l, o) of this lane's subgroup. */
+template <int DH, int HG, int KV, bool A8>
+__device__ __forceinline__ void batch_update(const memra_attn_decode_args &a,
+                                             const kv8<KV, A8> (&kr)[split_cfg<DH, HG>::U][split_cfg<DH, HG>::VPL],
+                                             const kv8<KV, A8> (&vr)[split_cfg<DH, HG>::U][split_cfg<DH, HG>::VPL],
+                                             const bool (&ok)[split_cfg<DH, HG>::U],
+                                             const float (&q)[HG][split_cfg<DH, HG>::NE], float (&m)[HG],
+                                             float (&l)[HG], float (&o)[HG][split_cfg<DH, HG>::NE])
 {
     using C = split_cfg<DH, HG>;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, sub = lane / C::LPK, sl = lane % C::LPK;
-    for (int base = t0 + warp * C::KPW * C::U; base < t1; base += kWarps * C::KPW * C::U) {
-        kv8<KV> kr[C::U][C::VPL], vr[C::U][C::VPL];
-        bool ok[C::U];
-#pragma unroll
-        for (int u = 0; u < C::U; u++) {
-            const int t = base + u * C::KPW + sub;
-            ok[u] = t < t1;
-#pragma unroll
-            for (int v = 0; v < C::VPL; v++) {
-                if (ok[u]) {
-                    kr[u][v].load(kb + (u64)t * tstride, 8 * (sl + C::LPK * v));
-                    vr[u][v].load(vb + (u64)t * tstride, 8 * (sl + C::LPK * v));
-                } else {
-                    kr[u][v].zero();
-                    vr[u][v].zero();
-                }
-            }
-        }
+    {
         float sc[C::U][HG];
 #pragma unroll
         for (int u = 0; u < C::U; u++) {
@@ -230,7 +261,46 @@ __device__ __forceinline__ void split_scan(const memra_attn_decode_args &a, cons
     }
 }
 
-template <int DH, int HG, int KV>
+/* One warp's pass over its key batches of [t0, t1) (batches warp, warp + 4, ...), for the
+ * heads whose q this lane holds. */
+template <int DH, int HG, int KV, bool A8>
+__device__ __forceinline__ void split_scan(const memra_attn_decode_args &a, const u8 *kb, const u8 *vb,
+                                           u64 tstride, int t0, int t1,
+                                           const float (&q)[HG][split_cfg<DH, HG>::NE], float (&m)[HG],
+                                           float (&l)[HG], float (&o)[HG][split_cfg<DH, HG>::NE])
+{
+    using C = split_cfg<DH, HG>;
+    const int warp = threadIdx.x >> 5, step = kWarps * C::KPW * C::U;
+    kv8<KV, A8> kr[C::U][C::VPL], vr[C::U][C::VPL];
+    bool ok[C::U];
+    int base = t0 + warp * C::KPW * C::U;
+    if (!C::PREFETCH) {
+        for (; base < t1; base += step) {
+            load_batch<DH, HG, KV, A8>(kb, vb, tstride, base, t1, kr, vr, ok);
+            batch_update<DH, HG, KV, A8>(a, kr, vr, ok, q, m, l, o);
+        }
+        return;
+    }
+    if (base < t1)
+        load_batch<DH, HG, KV, A8>(kb, vb, tstride, base, t1, kr, vr, ok);
+    for (; base < t1; base += step) {
+        kv8<KV, A8> nk[C::U][C::VPL], nv[C::U][C::VPL];
+        bool nok[C::U];
+        load_batch<DH, HG, KV, A8>(kb, vb, tstride, base + step, t1, nk, nv, nok); /* in flight */
+        batch_update<DH, HG, KV, A8>(a, kr, vr, ok, q, m, l, o);
+#pragma unroll
+        for (int u = 0; u < C::U; u++) {
+            ok[u] = nok[u];
+#pragma unroll
+            for (int v = 0; v < C::VPL; v++) {
+                kr[u][v] = nk[u][v];
+                vr[u][v] = nv[u][v];
+            }
+        }
+    }
+}
+
+template <int DH, int HG, int KV, bool A8>
 __global__ void __launch_bounds__(kWarps * 32) attn_split_fast(memra_attn_decode_args a, attn_geom g)
 {
     using C = split_cfg<DH, HG>;
@@ -263,7 +333,7 @@ __global__ void __launch_bounds__(kWarps * 32) attn_split_fast(memra_attn_decode
                 o[h][e] = 0.0f;
             }
         }
-        split_scan<DH, HG, KV>(a, g, kb, vb, tstride, t0, t1, q, m, l, o);
+        split_scan<DH, HG, KV, A8>(a, kb, vb, tstride, t0, t1, q, m, l, o);
 #pragma unroll
         for (int off = C::LPK; off < 32; off <<= 1)
 #pragma unroll
@@ -443,15 +513,16 @@ __global__ void __launch_bounds__(kCombineWarps * 32) attn_combine(memra_attn_de
 template <int DH, int KV>
 cudaError_t launch_fast(const memra_attn_decode_args *a, const attn_geom &g, dim3 grid, cudaStream_t s)
 {
+    constexpr bool A8 = KV == MEMRA_QT_Q8_0 && DH % 128 == 0; /* 34 * DH / 32 % 8 == 0 */
     const dim3 blk(kWarps * 32);
     const int G = g.group;
     if (G <= 1)
-        return cuda_ops_launch(attn_split_fast<DH, 1, KV>, grid, blk, 0, s, 1, *a, g);
+        return cuda_ops_launch(attn_split_fast<DH, 1, KV, A8>, grid, blk, 0, s, 1, *a, g);
     if (G <= 2)
-        return cuda_ops_launch(attn_split_fast<DH, 2, KV>, grid, blk, 0, s, 1, *a, g);
+        return cuda_ops_launch(attn_split_fast<DH, 2, KV, A8>, grid, blk, 0, s, 1, *a, g);
     if (G <= 4 || DH > 256)
-        return cuda_ops_launch(attn_split_fast<DH, 4, KV>, grid, blk, 0, s, 1, *a, g);
-    return cuda_ops_launch(attn_split_fast<DH, (DH > 256 ? 4 : 8), KV>, grid, blk, 0, s, 1, *a, g);
+        return cuda_ops_launch(attn_split_fast<DH, 4, KV, A8>, grid, blk, 0, s, 1, *a, g);
+    return cuda_ops_launch(attn_split_fast<DH, (DH > 256 ? 4 : 8), KV, A8>, grid, blk, 0, s, 1, *a, g);
 }
 
 template <int KV>

@@ -104,6 +104,23 @@ __device__ __forceinline__ u128 shfl_up_u128(u128 v, int o)
     return ((u128)hi << 64) | lo;
 }
 
+__device__ __forceinline__ u128 shfl_down_u128(u128 v, int o)
+{
+    const u64 lo = __shfl_down_sync(FULL_MASK, (u64)v, o), hi = __shfl_down_sync(FULL_MASK, (u64)(v >> 64), o);
+    return ((u128)hi << 64) | lo;
+}
+
+__device__ __forceinline__ u128 shfl_u128(u128 v, int src)
+{
+    const u64 lo = __shfl_sync(FULL_MASK, (u64)v, src), hi = __shfl_sync(FULL_MASK, (u64)(v >> 64), src);
+    return ((u128)hi << 64) | lo;
+}
+
+__device__ __forceinline__ unsigned shfl_down_any(unsigned v, int o) { return __shfl_down_sync(FULL_MASK, v, o); }
+__device__ __forceinline__ u128 shfl_down_any(u128 v, int o) { return shfl_down_u128(v, o); }
+__device__ __forceinline__ unsigned shfl_any(unsigned v, int src) { return __shfl_sync(FULL_MASK, v, src); }
+__device__ __forceinline__ u128 shfl_any(u128 v, int src) { return shfl_u128(v, src); }
+
 /* 128-bit add into a shared (lo, hi) bin with two 64-bit integer atomics. */
 __device__ __forceinline__ void atomic_add_u128(u64 *bin, u128 v)
 {
@@ -114,6 +131,78 @@ __device__ __forceinline__ void atomic_add_u128(u64 *bin, u128 v)
 }
 
 __device__ __forceinline__ u128 bin_u128(const u64 *bin) { return ((u128)bin[1] << 64) | bin[0]; }
+
+/* Histogram adds, called by all 32 lanes of a warp (bin < 0: the lane adds nothing). The
+ * hot bins of a logit / probability histogram would serialise plain shared atomics, so
+ * lanes with equal bins are aggregated first (the sums are integers: any grouping gives the
+ * same bins). Counts: one atomicAdd of the group size per distinct bin. */
+__device__ __forceinline__ void hist_add_count(unsigned *hist, int bin)
+{
+    const unsigned grp = __match_any_sync(FULL_MASK, bin);
+    if (bin >= 0 && (int)(threadIdx.x & 31) == __ffs(grp) - 1)
+        atomicAdd(&hist[bin], (unsigned)__popc(grp));
+}
+
+/* Masses: with at most 8 distinct bins in the warp, each group's sum is a butterfly over
+ * the warp (non-members add 0) and one 128-bit atomic add; more distinct bins mean little
+ * contention, so the lanes add directly. */
+__device__ __forceinline__ void hist_add_mass(u64 (*hist)[2], int bin, u128 v)
+{
+    const int lane = threadIdx.x & 31;
+    const unsigned grp = __match_any_sync(FULL_MASK, bin);
+    unsigned todo = __ballot_sync(FULL_MASK, bin >= 0 && lane == __ffs(grp) - 1);
+    if (__popc(todo) > 8) {
+        if (bin >= 0)
+            atomic_add_u128(hist[bin], v);
+        return;
+    }
+    while (todo) { /* the same in every lane: a warp-uniform loop */
+        const int leader = __ffs(todo) - 1;
+        todo &= todo - 1;
+        const int b = __shfl_sync(FULL_MASK, bin, leader);
+        u128 sum = bin == b ? v : 0;
+#pragma unroll
+        for (int o = 16; o >= 1; o >>= 1)
+            sum += shfl_xor_u128(sum, o);
+        if (lane == leader)
+            atomic_add_u128(hist[b], sum);
+    }
+}
+
+/* The radix walk, by warp 0: the largest bin `sel` whose suffix total (bins >= sel) reaches
+ * rem, and the total of the bins above it (what the reference's descending walk finds).
+ * Lane l owns bins [8l, 8l + 8); the lane suffix sums are non-increasing in l, so the
+ * crossing lane is the highest lane whose suffix sum reaches rem. */
+template <typename T>
+__device__ void warp_walk(const T *tot, T rem, int &sel, T &above)
+{
+    const int lane = threadIdx.x & 31;
+    T t = 0;
+#pragma unroll
+    for (int k = 0; k < 8; k++)
+        t += tot[8 * lane + k];
+    T suf = t;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const T up = shfl_down_any(suf, o);
+        if (lane + o < 32)
+            suf += up;
+    }
+    const unsigned reach = __ballot_sync(FULL_MASK, suf >= rem);
+    const int L = reach ? 31 - __clz((int)reach) : 0;
+    T cum = shfl_any(suf - t, L); /* bins above lane L's */
+    int s = 8 * L;
+    if (lane == L)
+        for (int k = 7; k >= 0; k--) {
+            if (cum + tot[8 * L + k] >= rem) {
+                s = 8 * L + k;
+                break;
+            }
+            cum += tot[8 * L + k];
+        }
+    sel = __shfl_sync(FULL_MASK, s, L);
+    above = shfl_any(cum, L);
+}
 
 /* Block sum of u128 (exact); every thread gets it. */
 __device__ u128 block_sum_u128(u128 v, sample_shared &sm)
@@ -167,15 +256,27 @@ __device__ void row_argmax(const float *lg, float *dyn, int n, int lo, const sam
     bv = 0.0f;
     bi = -1;
     nok = 0;
-    for (int i = threadIdx.x; i < n; i += kThreads) {
-        const float v = lg[i];
-        if (g.fits)
-            dyn[i] = v;
-        if (!isnan(v)) {
-            nok++;
-            if (bi < 0 || v > bv) {
-                bv = v;
-                bi = lo + i;
+    constexpr int U = 8; /* independent loads in flight per thread */
+    for (int base = 0; base < n; base += kThreads * U) {
+        float v[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int i = base + u * kThreads + (int)threadIdx.x;
+            v[u] = i < n ? lg[i] : NAN;
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) { /* increasing i per thread: strict > keeps the lowest */
+            const int i = base + u * kThreads + (int)threadIdx.x;
+            if (i >= n)
+                continue;
+            if (g.fits)
+                dyn[i] = v[u];
+            if (!isnan(v[u])) {
+                nok++;
+                if (bi < 0 || v[u] > bv) {
+                    bv = v[u];
+                    bi = lo + i;
+                }
             }
         }
     }
@@ -233,13 +334,15 @@ __device__ u32 topk_threshold(const float *L, int n, int top_k, sample_shared &s
         if (threadIdx.x < 256)
             sm.hist_c[buf][threadIdx.x] = 0;
         __syncthreads();
-        for (int i = threadIdx.x; i < n; i += kThreads) {
-            const float v = L[i];
-            if (isnan(v))
-                continue;
-            const u32 k = fkey(v);
-            if (r == 0 || (k >> (shift + 8)) == (prefix >> (shift + 8)))
-                atomicAdd(&sm.hist_c[buf][(k >> shift) & 255], 1u);
+        for (int base = 0; base < n; base += kThreads) { /* block-uniform trip count */
+            const int i = base + (int)threadIdx.x;
+            int bin = -1;
+            if (i < n && !isnan(L[i])) {
+                const u32 k = fkey(L[i]);
+                if (r == 0 || (k >> (shift + 8)) == (prefix >> (shift + 8)))
+                    bin = (int)((k >> shift) & 255);
+            }
+            hist_add_count(sm.hist_c[buf], bin);
         }
         __syncthreads();
         cl.sync();
@@ -250,17 +353,14 @@ __device__ u32 topk_threshold(const float *L, int n, int top_k, sample_shared &s
             sm.tot_c[threadIdx.x] = t;
         }
         __syncthreads();
-        if (threadIdx.x == 0) {
-            int cum = 0, sel = 0;
-            for (int bin = 255; bin >= 0; bin--) {
-                if (cum + (int)sm.tot_c[bin] >= rem) {
-                    sel = bin;
-                    break;
-                }
-                cum += (int)sm.tot_c[bin];
+        if (threadIdx.x < 32) {
+            int sel;
+            unsigned cum;
+            warp_walk<unsigned>(sm.tot_c, (unsigned)rem, sel, cum);
+            if (threadIdx.x == 0) {
+                sm.bc_rem = rem - (int)cum;
+                sm.bc_prefix = prefix | ((u32)sel << shift);
             }
-            sm.bc_rem = rem - cum;
-            sm.bc_prefix = prefix | ((u32)sel << shift);
         }
         __syncthreads();
         rem = sm.bc_rem;
@@ -282,13 +382,18 @@ __device__ u32 topp_threshold(const float *P, int n, u128 target, u128 *total, s
         if (threadIdx.x < 256)
             sm.hist_m[buf][threadIdx.x][0] = sm.hist_m[buf][threadIdx.x][1] = 0;
         __syncthreads();
-        for (int i = threadIdx.x; i < n; i += kThreads) {
-            const float p = P[i];
-            if (!(p >= 0.0f))
-                continue;
-            const u32 pb = __float_as_uint(p);
-            if (r == 0 || (pb >> (shift + 8)) == (prefix >> (shift + 8)))
-                atomic_add_u128(sm.hist_m[buf][(pb >> shift) & 255], fx(p));
+        for (int base = 0; base < n; base += kThreads) { /* block-uniform trip count */
+            const int i = base + (int)threadIdx.x;
+            int bin = -1;
+            u128 m = 0;
+            if (i < n && P[i] >= 0.0f) {
+                const u32 pb = __float_as_uint(P[i]);
+                if (r == 0 || (pb >> (shift + 8)) == (prefix >> (shift + 8))) {
+                    bin = (int)((pb >> shift) & 255);
+                    m = fx(P[i]);
+                }
+            }
+            hist_add_mass(sm.hist_m[buf], bin, m);
         }
         __syncthreads();
         cl.sync();
@@ -299,20 +404,16 @@ __device__ u32 topp_threshold(const float *P, int n, u128 target, u128 *total, s
             sm.tot_m[threadIdx.x] = t;
         }
         __syncthreads();
-        if (threadIdx.x == 0) {
-            u128 cum = 0;
-            int sel = 0;
-            for (int bin = 255; bin >= 0; bin--) {
-                if (cum + sm.tot_m[bin] >= rem) {
-                    sel = bin;
-                    break;
-                }
-                cum += sm.tot_m[bin];
+        if (threadIdx.x < 32) {
+            int sel;
+            u128 cum;
+            warp_walk<u128>(sm.tot_m, rem, sel, cum);
+            if (threadIdx.x == 0) {
+                sm.bc_rem_m = rem - cum;
+                sm.bc_above = above + cum;
+                sm.bc_total = above + cum + sm.tot_m[sel];
+                sm.bc_prefix = prefix | ((u32)sel << shift);
             }
-            sm.bc_rem_m = rem - cum;
-            sm.bc_above = above + cum;
-            sm.bc_total = above + cum + sm.tot_m[sel];
-            sm.bc_prefix = prefix | ((u32)sel << shift);
         }
         __syncthreads();
         rem = sm.bc_rem_m;

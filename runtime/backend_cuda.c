@@ -52,7 +52,10 @@ static double now_ms(void)
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
 }
 
-static uint64_t align256(uint64_t x) { return (x + 255) / 256 * 256; }
+static uint64_t align256(uint64_t x)
+{
+    return (x + 255) / 256 * 256;
+}
 
 /* ====================================== op table ====================================== */
 
@@ -130,7 +133,10 @@ static void *tickf(const bind_ctx *c, const memra_plan_arg *a)
     return a->kind == MEMRA_ARG_TICK ? memra_tick_field_ptr(c->tick, a->index) : NULL;
 }
 
-static int32_t ival(const memra_plan_arg *a) { return a->kind == MEMRA_ARG_INT ? (int32_t)a->i : 0; }
+static int32_t ival(const memra_plan_arg *a)
+{
+    return a->kind == MEMRA_ARG_INT ? (int32_t)a->i : 0;
+}
 
 static int32_t kv_qtype(const memra_plan_arg *a)
 {
@@ -143,20 +149,25 @@ static int32_t kv_qtype(const memra_plan_arg *a)
 
 static void bind_embed(const bind_ctx *c, const memra_plan_arg *a, op_args *o)
 {
-    o->embed = (memra_embed_args){
-        .table = wdata(c, &a[MEMRA_EMBED_TABLE]), .tokens = tickf(c, &a[MEMRA_EMBED_TOKENS]),
-        .x = buf(c, &a[MEMRA_EMBED_X]), .qtype = wtype(c, &a[MEMRA_EMBED_TABLE]),
-        .n_embd = ival(&a[MEMRA_EMBED_N_EMBD]), .n_vocab = ival(&a[MEMRA_EMBED_N_VOCAB]),
-        .b = (int32_t)c->p->tier, .row_bytes = wrow(c, &a[MEMRA_EMBED_TABLE])};
+    o->embed = (memra_embed_args){.table = wdata(c, &a[MEMRA_EMBED_TABLE]),
+                                  .tokens = tickf(c, &a[MEMRA_EMBED_TOKENS]),
+                                  .x = buf(c, &a[MEMRA_EMBED_X]),
+                                  .qtype = wtype(c, &a[MEMRA_EMBED_TABLE]),
+                                  .n_embd = ival(&a[MEMRA_EMBED_N_EMBD]),
+                                  .n_vocab = ival(&a[MEMRA_EMBED_N_VOCAB]),
+                                  .b = (int32_t)c->p->tier,
+                                  .row_bytes = wrow(c, &a[MEMRA_EMBED_TABLE])};
 }
 
 static void bind_rms_norm_q8(const bind_ctx *c, const memra_plan_arg *a, op_args *o)
 {
-    o->rms_norm_q8 = (memra_rms_norm_q8_args){
-        .x = buf(c, &a[MEMRA_RMS_NORM_Q8_X]), .w = wdata(c, &a[MEMRA_RMS_NORM_Q8_W]),
-        .y_q = buf(c, &a[MEMRA_RMS_NORM_Q8_Y]), .y_f32 = buf(c, &a[MEMRA_RMS_NORM_Q8_Y_F32]),
-        .n = ival(&a[MEMRA_RMS_NORM_Q8_N]), .b = (int32_t)c->p->tier,
-        .eps = a[MEMRA_RMS_NORM_Q8_EPS].f};
+    o->rms_norm_q8 = (memra_rms_norm_q8_args){.x = buf(c, &a[MEMRA_RMS_NORM_Q8_X]),
+                                              .w = wdata(c, &a[MEMRA_RMS_NORM_Q8_W]),
+                                              .y_q = buf(c, &a[MEMRA_RMS_NORM_Q8_Y]),
+                                              .y_f32 = buf(c, &a[MEMRA_RMS_NORM_Q8_Y_F32]),
+                                              .n = ival(&a[MEMRA_RMS_NORM_Q8_N]),
+                                              .b = (int32_t)c->p->tier,
+                                              .eps = a[MEMRA_RMS_NORM_Q8_EPS].f};
 }
 
 static void bind_mmvq(const bind_ctx *c, const memra_plan_arg *a, op_args *o)
@@ -164,17 +175,22 @@ static void bind_mmvq(const bind_ctx *c, const memra_plan_arg *a, op_args *o)
     static const int w[4] = {MEMRA_MMVQ_W0, MEMRA_MMVQ_W1, MEMRA_MMVQ_W2, MEMRA_MMVQ_W3};
     static const int y[4] = {MEMRA_MMVQ_OUT0, MEMRA_MMVQ_OUT1, MEMRA_MMVQ_OUT2, MEMRA_MMVQ_OUT3};
     static const int n[4] = {MEMRA_MMVQ_N0, MEMRA_MMVQ_N1, MEMRA_MMVQ_N2, MEMRA_MMVQ_N3};
-    static const int m[4] = {MEMRA_MMVQ_MODE0, MEMRA_MMVQ_MODE1, MEMRA_MMVQ_MODE2, MEMRA_MMVQ_MODE3};
-    static const int s[4] = {MEMRA_MMVQ_SCALE0, MEMRA_MMVQ_SCALE1, MEMRA_MMVQ_SCALE2, MEMRA_MMVQ_SCALE3};
+    static const int m[4] = {MEMRA_MMVQ_MODE0, MEMRA_MMVQ_MODE1, MEMRA_MMVQ_MODE2,
+                             MEMRA_MMVQ_MODE3};
+    static const int s[4] = {MEMRA_MMVQ_SCALE0, MEMRA_MMVQ_SCALE1, MEMRA_MMVQ_SCALE2,
+                             MEMRA_MMVQ_SCALE3};
     memset(&o->mmvq, 0, sizeof o->mmvq);
     o->mmvq.a = buf(c, &a[MEMRA_MMVQ_A]);
     o->mmvq.n_in = ival(&a[MEMRA_MMVQ_K]);
     o->mmvq.b = (int32_t)c->p->tier;
     for (int i = 0; i < 4 && a[w[i]].kind == MEMRA_ARG_WEIGHT; i++) {
-        o->mmvq.out[i] = (memra_mmvq_out){
-            .w = wdata(c, &a[w[i]]), .scale = wdata(c, &a[s[i]]), .y = buf(c, &a[y[i]]),
-            .qtype = wtype(c, &a[w[i]]), .n_out = ival(&a[n[i]]), .mode = ival(&a[m[i]]),
-            .row_bytes = wrow(c, &a[w[i]])};
+        o->mmvq.out[i] = (memra_mmvq_out){.w = wdata(c, &a[w[i]]),
+                                          .scale = wdata(c, &a[s[i]]),
+                                          .y = buf(c, &a[y[i]]),
+                                          .qtype = wtype(c, &a[w[i]]),
+                                          .n_out = ival(&a[n[i]]),
+                                          .mode = ival(&a[m[i]]),
+                                          .row_bytes = wrow(c, &a[w[i]])};
         o->mmvq.n_w = i + 1;
     }
 }
@@ -182,51 +198,70 @@ static void bind_mmvq(const bind_ctx *c, const memra_plan_arg *a, op_args *o)
 static void bind_attn_prep(const bind_ctx *c, const memra_plan_arg *a, op_args *o)
 {
     o->attn_prep = (memra_attn_prep_args){
-        .qg = buf(c, &a[MEMRA_ATTN_PREP_QG]), .k = buf(c, &a[MEMRA_ATTN_PREP_K]),
-        .v = buf(c, &a[MEMRA_ATTN_PREP_V]), .q_norm = wdata(c, &a[MEMRA_ATTN_PREP_Q_NORM]),
+        .qg = buf(c, &a[MEMRA_ATTN_PREP_QG]),
+        .k = buf(c, &a[MEMRA_ATTN_PREP_K]),
+        .v = buf(c, &a[MEMRA_ATTN_PREP_V]),
+        .q_norm = wdata(c, &a[MEMRA_ATTN_PREP_Q_NORM]),
         .k_norm = wdata(c, &a[MEMRA_ATTN_PREP_K_NORM]),
         .positions = tickf(c, &a[MEMRA_ATTN_PREP_POSITIONS]),
         .k_cache = state(c, &a[MEMRA_ATTN_PREP_K_CACHE]),
-        .v_cache = state(c, &a[MEMRA_ATTN_PREP_V_CACHE]), .q = buf(c, &a[MEMRA_ATTN_PREP_Q]),
-        .n_head = ival(&a[MEMRA_ATTN_PREP_N_HEAD]), .n_head_kv = ival(&a[MEMRA_ATTN_PREP_N_HEAD_KV]),
-        .head_dim = ival(&a[MEMRA_ATTN_PREP_HEAD_DIM]), .n_rot = ival(&a[MEMRA_ATTN_PREP_N_ROT]),
+        .v_cache = state(c, &a[MEMRA_ATTN_PREP_V_CACHE]),
+        .q = buf(c, &a[MEMRA_ATTN_PREP_Q]),
+        .n_head = ival(&a[MEMRA_ATTN_PREP_N_HEAD]),
+        .n_head_kv = ival(&a[MEMRA_ATTN_PREP_N_HEAD_KV]),
+        .head_dim = ival(&a[MEMRA_ATTN_PREP_HEAD_DIM]),
+        .n_rot = ival(&a[MEMRA_ATTN_PREP_N_ROT]),
         .sections = {ival(&a[MEMRA_ATTN_PREP_SECT0]), ival(&a[MEMRA_ATTN_PREP_SECT1]),
                      ival(&a[MEMRA_ATTN_PREP_SECT2]), ival(&a[MEMRA_ATTN_PREP_SECT3])},
-        .kv_type = kv_qtype(&a[MEMRA_ATTN_PREP_K_CACHE]), .n_ctx = (int32_t)c->n_ctx,
-        .b = (int32_t)c->p->tier, .eps = a[MEMRA_ATTN_PREP_EPS].f,
-        .freq_base = a[MEMRA_ATTN_PREP_ROPE_BASE].f, .freq_scale = a[MEMRA_ATTN_PREP_FREQ_SCALE].f};
+        .kv_type = kv_qtype(&a[MEMRA_ATTN_PREP_K_CACHE]),
+        .n_ctx = (int32_t)c->n_ctx,
+        .b = (int32_t)c->p->tier,
+        .eps = a[MEMRA_ATTN_PREP_EPS].f,
+        .freq_base = a[MEMRA_ATTN_PREP_ROPE_BASE].f,
+        .freq_scale = a[MEMRA_ATTN_PREP_FREQ_SCALE].f};
 }
 
 static void bind_attn_decode(const bind_ctx *c, const memra_plan_arg *a, op_args *o)
 {
-    o->attn_decode = (memra_attn_decode_args){
-        .q = buf(c, &a[MEMRA_ATTN_DECODE_Q]), .qg = buf(c, &a[MEMRA_ATTN_DECODE_QG]),
-        .positions = tickf(c, &a[MEMRA_ATTN_DECODE_POSITIONS]),
-        .k_cache = state(c, &a[MEMRA_ATTN_DECODE_K_CACHE]),
-        .v_cache = state(c, &a[MEMRA_ATTN_DECODE_V_CACHE]),
-        .scratch = buf(c, &a[MEMRA_ATTN_DECODE_SCRATCH]), .y_q = buf(c, &a[MEMRA_ATTN_DECODE_O]),
-        .n_head = ival(&a[MEMRA_ATTN_DECODE_N_HEAD]),
-        .n_head_kv = ival(&a[MEMRA_ATTN_DECODE_N_HEAD_KV]),
-        .head_dim = ival(&a[MEMRA_ATTN_DECODE_HEAD_DIM]),
-        .kv_type = kv_qtype(&a[MEMRA_ATTN_DECODE_K_CACHE]), .n_ctx = (int32_t)c->n_ctx,
-        .max_split = ival(&a[MEMRA_ATTN_DECODE_MAX_SPLIT]), .b = (int32_t)c->p->tier,
-        .scale = a[MEMRA_ATTN_DECODE_SCALE].f};
+    o->attn_decode =
+        (memra_attn_decode_args){.q = buf(c, &a[MEMRA_ATTN_DECODE_Q]),
+                                 .qg = buf(c, &a[MEMRA_ATTN_DECODE_QG]),
+                                 .positions = tickf(c, &a[MEMRA_ATTN_DECODE_POSITIONS]),
+                                 .k_cache = state(c, &a[MEMRA_ATTN_DECODE_K_CACHE]),
+                                 .v_cache = state(c, &a[MEMRA_ATTN_DECODE_V_CACHE]),
+                                 .scratch = buf(c, &a[MEMRA_ATTN_DECODE_SCRATCH]),
+                                 .y_q = buf(c, &a[MEMRA_ATTN_DECODE_O]),
+                                 .n_head = ival(&a[MEMRA_ATTN_DECODE_N_HEAD]),
+                                 .n_head_kv = ival(&a[MEMRA_ATTN_DECODE_N_HEAD_KV]),
+                                 .head_dim = ival(&a[MEMRA_ATTN_DECODE_HEAD_DIM]),
+                                 .kv_type = kv_qtype(&a[MEMRA_ATTN_DECODE_K_CACHE]),
+                                 .n_ctx = (int32_t)c->n_ctx,
+                                 .max_split = ival(&a[MEMRA_ATTN_DECODE_MAX_SPLIT]),
+                                 .b = (int32_t)c->p->tier,
+                                 .scale = a[MEMRA_ATTN_DECODE_SCALE].f};
 }
 
 static void bind_gdn_step(const bind_ctx *c, const memra_plan_arg *a, op_args *o)
 {
-    o->gdn_step = (memra_gdn_step_args){
-        .qkv = buf(c, &a[MEMRA_GDN_STEP_QKV]), .z = buf(c, &a[MEMRA_GDN_STEP_Z]),
-        .beta = buf(c, &a[MEMRA_GDN_STEP_BETA]), .alpha = buf(c, &a[MEMRA_GDN_STEP_ALPHA]),
-        .conv_w = wdata(c, &a[MEMRA_GDN_STEP_CONV_W]), .dt_bias = wdata(c, &a[MEMRA_GDN_STEP_DT_BIAS]),
-        .ssm_a = wdata(c, &a[MEMRA_GDN_STEP_SSM_A]), .norm_w = wdata(c, &a[MEMRA_GDN_STEP_NORM]),
-        .conv_state = state(c, &a[MEMRA_GDN_STEP_CONV_STATE]),
-        .ssm_state = state(c, &a[MEMRA_GDN_STEP_SSM_STATE]), .y_q = buf(c, &a[MEMRA_GDN_STEP_O]),
-        .n_k_head = ival(&a[MEMRA_GDN_STEP_N_K_HEAD]), .n_v_head = ival(&a[MEMRA_GDN_STEP_N_V_HEAD]),
-        .head_k_dim = ival(&a[MEMRA_GDN_STEP_HEAD_K_DIM]),
-        .head_v_dim = ival(&a[MEMRA_GDN_STEP_HEAD_V_DIM]), .conv_k = ival(&a[MEMRA_GDN_STEP_CONV_K]),
-        .head_map = ival(&a[MEMRA_GDN_STEP_HEAD_MAP]), .b = (int32_t)c->p->tier,
-        .eps = a[MEMRA_GDN_STEP_EPS].f};
+    o->gdn_step = (memra_gdn_step_args){.qkv = buf(c, &a[MEMRA_GDN_STEP_QKV]),
+                                        .z = buf(c, &a[MEMRA_GDN_STEP_Z]),
+                                        .beta = buf(c, &a[MEMRA_GDN_STEP_BETA]),
+                                        .alpha = buf(c, &a[MEMRA_GDN_STEP_ALPHA]),
+                                        .conv_w = wdata(c, &a[MEMRA_GDN_STEP_CONV_W]),
+                                        .dt_bias = wdata(c, &a[MEMRA_GDN_STEP_DT_BIAS]),
+                                        .ssm_a = wdata(c, &a[MEMRA_GDN_STEP_SSM_A]),
+                                        .norm_w = wdata(c, &a[MEMRA_GDN_STEP_NORM]),
+                                        .conv_state = state(c, &a[MEMRA_GDN_STEP_CONV_STATE]),
+                                        .ssm_state = state(c, &a[MEMRA_GDN_STEP_SSM_STATE]),
+                                        .y_q = buf(c, &a[MEMRA_GDN_STEP_O]),
+                                        .n_k_head = ival(&a[MEMRA_GDN_STEP_N_K_HEAD]),
+                                        .n_v_head = ival(&a[MEMRA_GDN_STEP_N_V_HEAD]),
+                                        .head_k_dim = ival(&a[MEMRA_GDN_STEP_HEAD_K_DIM]),
+                                        .head_v_dim = ival(&a[MEMRA_GDN_STEP_HEAD_V_DIM]),
+                                        .conv_k = ival(&a[MEMRA_GDN_STEP_CONV_K]),
+                                        .head_map = ival(&a[MEMRA_GDN_STEP_HEAD_MAP]),
+                                        .b = (int32_t)c->p->tier,
+                                        .eps = a[MEMRA_GDN_STEP_EPS].f};
 }
 
 static void bind_silu_mul_q8(const bind_ctx *c, const memra_plan_arg *a, op_args *o)
@@ -234,22 +269,26 @@ static void bind_silu_mul_q8(const bind_ctx *c, const memra_plan_arg *a, op_args
     memset(&o->silu_mul_q8, 0, sizeof o->silu_mul_q8);
     o->silu_mul_q8.b = (int32_t)c->p->tier;
     o->silu_mul_q8.n_slots = a[MEMRA_SILU_MUL_Q8_G1].kind == MEMRA_ARG_BUF ? 2 : 1;
-    o->silu_mul_q8.slot[0] = (memra_silu_mul_q8_slot){
-        .g = buf(c, &a[MEMRA_SILU_MUL_Q8_G0]), .u = buf(c, &a[MEMRA_SILU_MUL_Q8_U0]),
-        .y_q = buf(c, &a[MEMRA_SILU_MUL_Q8_Y0]), .n = ival(&a[MEMRA_SILU_MUL_Q8_N0]),
-        .m = ival(&a[MEMRA_SILU_MUL_Q8_M0])};
-    o->silu_mul_q8.slot[1] = (memra_silu_mul_q8_slot){
-        .g = buf(c, &a[MEMRA_SILU_MUL_Q8_G1]), .u = buf(c, &a[MEMRA_SILU_MUL_Q8_U1]),
-        .y_q = buf(c, &a[MEMRA_SILU_MUL_Q8_Y1]), .n = ival(&a[MEMRA_SILU_MUL_Q8_N1]),
-        .m = ival(&a[MEMRA_SILU_MUL_Q8_M1])};
+    o->silu_mul_q8.slot[0] = (memra_silu_mul_q8_slot){.g = buf(c, &a[MEMRA_SILU_MUL_Q8_G0]),
+                                                      .u = buf(c, &a[MEMRA_SILU_MUL_Q8_U0]),
+                                                      .y_q = buf(c, &a[MEMRA_SILU_MUL_Q8_Y0]),
+                                                      .n = ival(&a[MEMRA_SILU_MUL_Q8_N0]),
+                                                      .m = ival(&a[MEMRA_SILU_MUL_Q8_M0])};
+    o->silu_mul_q8.slot[1] = (memra_silu_mul_q8_slot){.g = buf(c, &a[MEMRA_SILU_MUL_Q8_G1]),
+                                                      .u = buf(c, &a[MEMRA_SILU_MUL_Q8_U1]),
+                                                      .y_q = buf(c, &a[MEMRA_SILU_MUL_Q8_Y1]),
+                                                      .n = ival(&a[MEMRA_SILU_MUL_Q8_N1]),
+                                                      .m = ival(&a[MEMRA_SILU_MUL_Q8_M1])};
 }
 
 static void bind_moe_route(const bind_ctx *c, const memra_plan_arg *a, op_args *o)
 {
-    o->moe_route = (memra_moe_route_args){
-        .logits = buf(c, &a[MEMRA_MOE_ROUTE_LOGITS]), .ids = buf(c, &a[MEMRA_MOE_ROUTE_IDS]),
-        .weights = buf(c, &a[MEMRA_MOE_ROUTE_WTS]), .n_expert = ival(&a[MEMRA_MOE_ROUTE_N_EXPERT]),
-        .n_used = ival(&a[MEMRA_MOE_ROUTE_N_USED]), .b = (int32_t)c->p->tier};
+    o->moe_route = (memra_moe_route_args){.logits = buf(c, &a[MEMRA_MOE_ROUTE_LOGITS]),
+                                          .ids = buf(c, &a[MEMRA_MOE_ROUTE_IDS]),
+                                          .weights = buf(c, &a[MEMRA_MOE_ROUTE_WTS]),
+                                          .n_expert = ival(&a[MEMRA_MOE_ROUTE_N_EXPERT]),
+                                          .n_used = ival(&a[MEMRA_MOE_ROUTE_N_USED]),
+                                          .b = (int32_t)c->p->tier};
 }
 
 static void bind_mmvq_moe(const bind_ctx *c, const memra_plan_arg *a, op_args *o)
@@ -267,10 +306,14 @@ static void bind_mmvq_moe(const bind_ctx *c, const memra_plan_arg *a, op_args *o
     o->mmvq_moe.b = (int32_t)c->p->tier;
     for (int i = 0; i < 2 && a[w[i]].kind == MEMRA_ARG_WEIGHT; i++) {
         const uint64_t rb = wrow(c, &a[w[i]]);
-        o->mmvq_moe.out[i] = (memra_mmvq_moe_out){
-            .w = wdata(c, &a[w[i]]), .scale = wdata(c, &a[s[i]]), .y = buf(c, &a[y[i]]),
-            .qtype = wtype(c, &a[w[i]]), .n_out = ival(&a[n[i]]), .row_bytes = rb,
-            .expert_bytes = rb * (uint64_t)wt(c, &a[w[i]])->ne[1]};
+        o->mmvq_moe.out[i] =
+            (memra_mmvq_moe_out){.w = wdata(c, &a[w[i]]),
+                                 .scale = wdata(c, &a[s[i]]),
+                                 .y = buf(c, &a[y[i]]),
+                                 .qtype = wtype(c, &a[w[i]]),
+                                 .n_out = ival(&a[n[i]]),
+                                 .row_bytes = rb,
+                                 .expert_bytes = rb * (uint64_t)wt(c, &a[w[i]])->ne[1]};
         o->mmvq_moe.n_w = i + 1;
     }
 }
@@ -279,34 +322,51 @@ static void bind_moe_down(const bind_ctx *c, const memra_plan_arg *a, op_args *o
 {
     const uint64_t rb = wrow(c, &a[MEMRA_MOE_DOWN_W]);
     const memra_gguf_tensor *w = wt(c, &a[MEMRA_MOE_DOWN_W]);
-    o->moe_down = (memra_moe_down_args){
-        .a = buf(c, &a[MEMRA_MOE_DOWN_A]), .ids = buf(c, &a[MEMRA_MOE_DOWN_IDS]),
-        .wts = buf(c, &a[MEMRA_MOE_DOWN_WTS]), .w = wdata(c, &a[MEMRA_MOE_DOWN_W]),
-        .scale = wdata(c, &a[MEMRA_MOE_DOWN_SCALE]), .x = buf(c, &a[MEMRA_MOE_DOWN_X]),
-        .sh_a = buf(c, &a[MEMRA_MOE_DOWN_SH_A]), .sh_w = wdata(c, &a[MEMRA_MOE_DOWN_SH_W]),
-        .sh_scale = wdata(c, &a[MEMRA_MOE_DOWN_SH_SCALE]),
-        .sh_gate = buf(c, &a[MEMRA_MOE_DOWN_SH_GATE]), .row_bytes = rb,
-        .expert_bytes = w ? rb * (uint64_t)w->ne[1] : 0, .sh_row_bytes = wrow(c, &a[MEMRA_MOE_DOWN_SH_W]),
-        .qtype = wtype(c, &a[MEMRA_MOE_DOWN_W]), .sh_qtype = wtype(c, &a[MEMRA_MOE_DOWN_SH_W]),
-        .k = ival(&a[MEMRA_MOE_DOWN_K]), .n = ival(&a[MEMRA_MOE_DOWN_N]),
-        .n_used = ival(&a[MEMRA_MOE_DOWN_N_USED]), .n_expert = ival(&a[MEMRA_MOE_DOWN_N_EXPERT]),
-        .k_sh = ival(&a[MEMRA_MOE_DOWN_K_SH]), .b = (int32_t)c->p->tier};
+    o->moe_down = (memra_moe_down_args){.a = buf(c, &a[MEMRA_MOE_DOWN_A]),
+                                        .ids = buf(c, &a[MEMRA_MOE_DOWN_IDS]),
+                                        .wts = buf(c, &a[MEMRA_MOE_DOWN_WTS]),
+                                        .w = wdata(c, &a[MEMRA_MOE_DOWN_W]),
+                                        .scale = wdata(c, &a[MEMRA_MOE_DOWN_SCALE]),
+                                        .x = buf(c, &a[MEMRA_MOE_DOWN_X]),
+                                        .sh_a = buf(c, &a[MEMRA_MOE_DOWN_SH_A]),
+                                        .sh_w = wdata(c, &a[MEMRA_MOE_DOWN_SH_W]),
+                                        .sh_scale = wdata(c, &a[MEMRA_MOE_DOWN_SH_SCALE]),
+                                        .sh_gate = buf(c, &a[MEMRA_MOE_DOWN_SH_GATE]),
+                                        .row_bytes = rb,
+                                        .expert_bytes = w ? rb * (uint64_t)w->ne[1] : 0,
+                                        .sh_row_bytes = wrow(c, &a[MEMRA_MOE_DOWN_SH_W]),
+                                        .qtype = wtype(c, &a[MEMRA_MOE_DOWN_W]),
+                                        .sh_qtype = wtype(c, &a[MEMRA_MOE_DOWN_SH_W]),
+                                        .k = ival(&a[MEMRA_MOE_DOWN_K]),
+                                        .n = ival(&a[MEMRA_MOE_DOWN_N]),
+                                        .n_used = ival(&a[MEMRA_MOE_DOWN_N_USED]),
+                                        .n_expert = ival(&a[MEMRA_MOE_DOWN_N_EXPERT]),
+                                        .k_sh = ival(&a[MEMRA_MOE_DOWN_K_SH]),
+                                        .b = (int32_t)c->p->tier};
 }
 
 static void bind_sample(const bind_ctx *c, const memra_plan_arg *a, op_args *o)
 {
-    o->sample = (memra_sample_args){
-        .logits = buf(c, &a[MEMRA_SAMPLE_LOGITS]), .params = tickf(c, &a[MEMRA_SAMPLE_PARAMS]),
-        .out_tokens = tickf(c, &a[MEMRA_SAMPLE_OUT_TOKENS]), .scratch = buf(c, &a[MEMRA_SAMPLE_SCRATCH]),
-        .n_vocab = ival(&a[MEMRA_SAMPLE_N_VOCAB]), .b = (int32_t)c->p->tier};
+    o->sample = (memra_sample_args){.logits = buf(c, &a[MEMRA_SAMPLE_LOGITS]),
+                                    .params = tickf(c, &a[MEMRA_SAMPLE_PARAMS]),
+                                    .out_tokens = tickf(c, &a[MEMRA_SAMPLE_OUT_TOKENS]),
+                                    .scratch = buf(c, &a[MEMRA_SAMPLE_SCRATCH]),
+                                    .n_vocab = ival(&a[MEMRA_SAMPLE_N_VOCAB]),
+                                    .b = (int32_t)c->p->tier};
 }
 
 /* check/run wrappers over the typed functions of kernels/<op>.h and kernels/cuda_ops.h */
 #define OP_CHECK(op)                                                                               \
-    static const char *check_##op(const op_args *a) { return memra_##op##_check(&a->op); }
+    static const char *check_##op(const op_args *a)                                                \
+    {                                                                                              \
+        return memra_##op##_check(&a->op);                                                         \
+    }
 #define OP_CUDA(op)                                                                                \
     OP_CHECK(op)                                                                                   \
-    static int run_##op(const op_args *a, cudaStream_t s) { return memra_##op##_cuda(&a->op, s); }
+    static int run_##op(const op_args *a, cudaStream_t s)                                          \
+    {                                                                                              \
+        return memra_##op##_cuda(&a->op, s);                                                       \
+    }
 OP_CUDA(embed)
 OP_CUDA(rms_norm_q8)
 OP_CHECK(mmvq)
@@ -337,22 +397,22 @@ static const op_impl k_impl[MEMRA_OP_COUNT] = {
 
 typedef struct cuda_launch {
     uint32_t op;
-    op_args a;              /* bound args: device pointers */
-    CUfunction fn;          /* mmvq: the NVRTC specialization */
-    memra_mmvq_launch ml;   /* mmvq: geometry and the kernel's parameter block */
+    op_args a;            /* bound args: device pointers */
+    CUfunction fn;        /* mmvq: the NVRTC specialization */
+    memra_mmvq_launch ml; /* mmvq: geometry and the kernel's parameter block */
 } cuda_launch;
 
 typedef struct cuda_plan {
     memra_plan *plan;
-    cudaEvent_t *prof;       /* opts.profile: [n_launches + 1] timing events (owned) */
-    uint32_t *region_map;    /* [n_states] plan region -> slot layout region */
+    cudaEvent_t *prof;    /* opts.profile: [n_launches + 1] timing events (owned) */
+    uint32_t *region_map; /* [n_states] plan region -> slot layout region */
     memra_tick_layout tl;
-    void *tick_pinned;       /* tl.bytes of pinned host memory (owned) */
-    memra_tick host;         /* views of tick_pinned */
-    void *tick_dev;          /* tl.bytes of device memory (owned) */
-    memra_tick dev;          /* views of tick_dev: device addresses, for binding only */
-    const void **wdev;       /* [n_weights] device address of each plan weight */
-    cuda_launch *launches;   /* [n_launches] */
+    void *tick_pinned;     /* tl.bytes of pinned host memory (owned) */
+    memra_tick host;       /* views of tick_pinned */
+    void *tick_dev;        /* tl.bytes of device memory (owned) */
+    memra_tick dev;        /* views of tick_dev: device addresses, for binding only */
+    const void **wdev;     /* [n_weights] device address of each plan weight */
+    cuda_launch *launches; /* [n_launches] */
 } cuda_plan;
 
 /* One distinct uploaded tensor. */
@@ -363,7 +423,7 @@ typedef struct dev_weight {
 
 typedef struct cuda_session {
     int live;
-    int failed;     /* was in a tick that failed on the device */
+    int failed; /* was in a tick that failed on the device */
     uint32_t pos;
     memra_sample_params params;
 } cuda_session;
@@ -371,8 +431,8 @@ typedef struct cuda_session {
 typedef CUresult (*launch_ex_fn)(const CUlaunchConfig *, CUfunction, void **, void **);
 
 typedef struct fault {
-    int kind;       /* MEMRA_CUDA_FAULT_* */
-    uint32_t tier;  /* manifest tier index */
+    int kind;      /* MEMRA_CUDA_FAULT_* */
+    uint32_t tier; /* manifest tier index */
     uint32_t launch;
 } fault;
 
@@ -381,23 +441,23 @@ struct memra_cuda_backend {
     memra_cuda_opts opts;
     memra_plan_manifest *m;
     uint32_t n_tiers, n_stages;
-    cuda_plan *plans;                      /* [n_tiers * n_stages] */
+    cuda_plan *plans; /* [n_tiers * n_stages] */
     memra_graph graphs[MEMRA_PLAN_MAX_TIERS];
-    int dev_open;                          /* memra_cu_device_open succeeded */
+    int dev_open; /* memra_cu_device_open succeeded */
     cudaStream_t stream;
     cudaEvent_t ev_start, ev_done;
     memra_kernel_cache *kc;
-    launch_ex_fn launch_ex;                /* cuLaunchKernelEx (PDL); NULL: cuLaunchKernel */
-    CUresult (*ctx_reset)(CUdevice);       /* cuDevicePrimaryCtxReset, resolved while healthy */
-    dev_weight *w;                         /* [n_w] sorted by host address (file order) */
+    launch_ex_fn launch_ex;          /* cuLaunchKernelEx (PDL); NULL: cuLaunchKernel */
+    CUresult (*ctx_reset)(CUdevice); /* cuDevicePrimaryCtxReset, resolved while healthy */
+    dev_weight *w;                   /* [n_w] sorted by host address (file order) */
     uint32_t n_w;
     uint8_t *weights;                      /* device region of info.weight_bytes */
     uint8_t *arena[MEMRA_PLAN_MAX_STAGES]; /* device */
     uint8_t *slot_mem[MEMRA_PLAN_MAX_STAGES];
     memra_slot_layout layout;
     memra_slot_pool pool;
-    cuda_session *sessions;                /* [n_slots], index = slot */
-    uint32_t last_tier;                    /* manifest tier index + 1; 0 = none */
+    cuda_session *sessions; /* [n_slots], index = slot */
+    uint32_t last_tier;     /* manifest tier index + 1; 0 = none */
     uint32_t last_rows;
     uint64_t n_ticks;
     int poisoned;
@@ -408,8 +468,13 @@ struct memra_cuda_backend {
 
 void memra_cuda_opts_init(memra_cuda_opts *o)
 {
-    *o = (memra_cuda_opts){.n_slots = 16, .n_ctx = 4096, .device = 0, .graphs = 1, .pdl = 1,
-                           .sync_launches = 0, .staging_mib = 64};
+    *o = (memra_cuda_opts){.n_slots = 16,
+                           .n_ctx = 4096,
+                           .device = 0,
+                           .graphs = 1,
+                           .pdl = 1,
+                           .sync_launches = 0,
+                           .staging_mib = 64};
 }
 
 static cuda_plan *plan_at(const memra_cuda_backend *be, uint32_t t, uint32_t s)
@@ -421,13 +486,16 @@ static cuda_plan *plan_at(const memra_cuda_backend *be, uint32_t t, uint32_t s)
 static int bind_thread(const memra_cuda_backend *be, memra_err *err)
 {
     const cudaError_t e = cudaSetDevice(be->opts.device);
-    return e == cudaSuccess ? MEMRA_OK : memra_cudart_fail(err, e, "cudaSetDevice", __FILE__, __LINE__);
+    return e == cudaSuccess ? MEMRA_OK
+                            : memra_cudart_fail(err, e, "cudaSetDevice", __FILE__, __LINE__);
 }
 
 static int poisoned_fail(const memra_cuda_backend *be, memra_err *err)
 {
-    return MEMRA_FAIL(err, MEMRA_ERR_CUDA, "the CUDA context is poisoned by an earlier sticky "
-                      "error (%s); close the engine", be->poison_msg);
+    return MEMRA_FAIL(err, MEMRA_ERR_CUDA,
+                      "the CUDA context is poisoned by an earlier sticky "
+                      "error (%s); close the engine",
+                      be->poison_msg);
 }
 
 /* ====================================== weights ====================================== */
@@ -564,20 +632,25 @@ static int check_entry_points(const memra_cuda_backend *be, uint32_t t, memra_er
         const memra_plan *p = plan_at(be, t, s)->plan;
         const int last = s + 1 == be->n_stages;
         if ((s > 0) != (p->input >= 0) || !last != (p->output >= 0) || last != (p->logits >= 0))
-            return MEMRA_FAIL(err, MEMRA_ERR_PLAN, "plan b%u s%u: stage entry points (input %d, "
-                              "output %d, logits %d) do not fit stage %u of %u", p->tier, s,
-                              p->input, p->output, p->logits, s, be->n_stages);
+            return MEMRA_FAIL(err, MEMRA_ERR_PLAN,
+                              "plan b%u s%u: stage entry points (input %d, "
+                              "output %d, logits %d) do not fit stage %u of %u",
+                              p->tier, s, p->input, p->output, p->logits, s, be->n_stages);
         if (s > 0) {
             const memra_plan *q = plan_at(be, t, s - 1)->plan;
             if (q->buffers[q->output].bytes != p->buffers[p->input].bytes)
-                return MEMRA_FAIL(err, MEMRA_ERR_PLAN, "plan b%u: stage %u output (%llu bytes) "
-                                  "and stage %u input (%llu bytes) differ", p->tier, s - 1,
-                                  (unsigned long long)q->buffers[q->output].bytes, s,
-                                  (unsigned long long)p->buffers[p->input].bytes);
+                return MEMRA_FAIL(err, MEMRA_ERR_PLAN,
+                                  "plan b%u: stage %u output (%llu bytes) "
+                                  "and stage %u input (%llu bytes) differ",
+                                  p->tier, s - 1, (unsigned long long)q->buffers[q->output].bytes,
+                                  s, (unsigned long long)p->buffers[p->input].bytes);
         }
-        if (last && p->buffers[p->logits].bytes < (uint64_t)p->tier * be->m->n_vocab * sizeof(float))
-            return MEMRA_FAIL(err, MEMRA_ERR_PLAN, "plan b%u: logits buffer smaller than "
-                              "[b, n_vocab] f32", p->tier);
+        if (last &&
+            p->buffers[p->logits].bytes < (uint64_t)p->tier * be->m->n_vocab * sizeof(float))
+            return MEMRA_FAIL(err, MEMRA_ERR_PLAN,
+                              "plan b%u: logits buffer smaller than "
+                              "[b, n_vocab] f32",
+                              p->tier);
     }
     return MEMRA_OK;
 }
@@ -589,13 +662,15 @@ static int load_plans(memra_cuda_backend *be, const char *dir, memra_err *err)
     be->n_tiers = be->m->n_tiers;
     be->n_stages = be->m->n_stages;
     if (be->n_tiers == 0 || be->n_stages == 0 || be->m->n_vocab == 0)
-        return MEMRA_FAIL(err, MEMRA_ERR_PLAN, "%s: manifest lists no tier, stage or vocabulary", dir);
+        return MEMRA_FAIL(err, MEMRA_ERR_PLAN, "%s: manifest lists no tier, stage or vocabulary",
+                          dir);
     be->plans = calloc((size_t)be->n_tiers * be->n_stages, sizeof *be->plans);
     if (!be->plans)
         return MEMRA_FAIL(err, MEMRA_ERR_NOMEM, "plans: out of memory");
     for (uint32_t t = 0; t < be->n_tiers; t++)
         for (uint32_t s = 0; s < be->n_stages; s++)
-            MEMRA_TRY(memra_plan_load(dir, be->m->tiers[t], s, be->g, &plan_at(be, t, s)->plan, err));
+            MEMRA_TRY(
+                memra_plan_load(dir, be->m->tiers[t], s, be->g, &plan_at(be, t, s)->plan, err));
     for (uint32_t t = 0; t < be->n_tiers; t++)
         MEMRA_TRY(check_entry_points(be, t, err));
     return MEMRA_OK;
@@ -610,7 +685,7 @@ static int open_device(memra_cuda_backend *be, memra_err *err)
     MEMRA_TRY(memra_cu_device_open(be->opts.device, &sm, err)); /* UNSUPPORTED: no GPU */
     be->dev_open = 1;
     MEMRA_RT_TRY(err, cudaSetDevice(be->opts.device)); /* the same primary context */
-    MEMRA_RT_TRY(err, cudaFree(NULL));                  /* initialize the runtime now */
+    MEMRA_RT_TRY(err, cudaFree(NULL));                 /* initialize the runtime now */
     struct cudaDeviceProp prop;
     MEMRA_RT_TRY(err, cudaGetDeviceProperties(&prop, be->opts.device));
     snprintf(be->info.device_name, sizeof be->info.device_name, "%.127s", prop.name);
@@ -622,13 +697,15 @@ static int open_device(memra_cuda_backend *be, memra_err *err)
     MEMRA_TRY(memra_kernel_cache_open(&be->kc, err));
     void *fp = NULL;
     enum cudaDriverEntryPointQueryResult q;
-    if (be->opts.pdl && cudaGetDriverEntryPointByVersion("cuLaunchKernelEx", &fp, 12000,
-                                                         cudaEnableDefault, &q) == cudaSuccess &&
+    if (be->opts.pdl &&
+        cudaGetDriverEntryPointByVersion("cuLaunchKernelEx", &fp, 12000, cudaEnableDefault, &q) ==
+            cudaSuccess &&
         q == cudaDriverEntryPointSuccess && fp)
         memcpy(&be->launch_ex, &fp, sizeof fp);
     fp = NULL;
     if (cudaGetDriverEntryPointByVersion("cuDevicePrimaryCtxReset", &fp, 12000, cudaEnableDefault,
-                                         &q) == cudaSuccess && q == cudaDriverEntryPointSuccess && fp)
+                                         &q) == cudaSuccess &&
+        q == cudaDriverEntryPointSuccess && fp)
         memcpy(&be->ctx_reset, &fp, sizeof fp);
     (void)cudaGetLastError();
     be->info.pdl = be->launch_ex != NULL;
@@ -649,13 +726,17 @@ static int setup_slots(memra_cuda_backend *be, memra_err *err)
     for (uint32_t s = 0; s < be->n_stages; s++) {
         const uint64_t bytes = memra_slot_pool_bytes(&be->layout, be->opts.n_slots, s);
         if (bytes == 0)
-            return MEMRA_FAIL(err, MEMRA_ERR_CAPACITY, "stage %u: the state of %u slots of %u "
-                              "tokens overflows", s, be->opts.n_slots, be->opts.n_ctx);
+            return MEMRA_FAIL(err, MEMRA_ERR_CAPACITY,
+                              "stage %u: the state of %u slots of %u "
+                              "tokens overflows",
+                              s, be->opts.n_slots, be->opts.n_ctx);
         cudaError_t e = cudaMalloc((void **)&be->slot_mem[s], bytes);
         if (e != cudaSuccess)
-            return MEMRA_FAIL(err, MEMRA_ERR_CUDA, "stage %u: cannot allocate %llu bytes of device "
-                              "state for %u slots of %u tokens: %s", s, (unsigned long long)bytes,
-                              be->opts.n_slots, be->opts.n_ctx, cudaGetErrorString(e));
+            return MEMRA_FAIL(err, MEMRA_ERR_CUDA,
+                              "stage %u: cannot allocate %llu bytes of device "
+                              "state for %u slots of %u tokens: %s",
+                              s, (unsigned long long)bytes, be->opts.n_slots, be->opts.n_ctx,
+                              cudaGetErrorString(e));
         MEMRA_RT_TRY(err, cudaMemsetAsync(be->slot_mem[s], 0, bytes, be->stream));
         base[s] = (uint64_t)(uintptr_t)be->slot_mem[s];
         be->info.slot_bytes += bytes;
@@ -663,7 +744,8 @@ static int setup_slots(memra_cuda_backend *be, memra_err *err)
     MEMRA_TRY(memra_slot_pool_init(&be->pool, &be->layout, be->opts.n_slots, base, err));
     for (uint32_t i = 0; i < be->n_tiers * be->n_stages; i++) {
         cuda_plan *cp = &be->plans[i];
-        cp->region_map = calloc(cp->plan->n_states ? cp->plan->n_states : 1, sizeof *cp->region_map);
+        cp->region_map =
+            calloc(cp->plan->n_states ? cp->plan->n_states : 1, sizeof *cp->region_map);
         if (!cp->region_map)
             return MEMRA_FAIL(err, MEMRA_ERR_NOMEM, "region map: out of memory");
         MEMRA_TRY(memra_slot_layout_bind(&be->layout, cp->plan, cp->region_map, err));
@@ -727,7 +809,7 @@ typedef struct precompile_job {
     uint32_t n;
     atomic_uint next;
     pthread_mutex_t mu;
-    int rc;                  /* first failure */
+    int rc; /* first failure */
     memra_err err;
 } precompile_job;
 
@@ -809,16 +891,17 @@ static int load_kernels(memra_cuda_backend *be, memra_err *err)
     memra_nvrtc_stats_get(&s1);
     be->info.kernels_ms = now_ms() - t0;
     const long compiled = s1.compiles - s0.compiles;
-    memra_log(MEMRA_LOG_INFO, "kernels: %u NVRTC specializations in %.0f ms (%ld compiled, the "
-              "rest from the disk cache '%s')", n, be->info.kernels_ms, compiled,
-              memra_nvrtc_cache_dir());
+    memra_log(MEMRA_LOG_INFO,
+              "kernels: %u NVRTC specializations in %.0f ms (%ld compiled, the "
+              "rest from the disk cache '%s')",
+              n, be->info.kernels_ms, compiled, memra_nvrtc_cache_dir());
     return MEMRA_OK;
 }
 
 /* The NVRTC launch of an mmvq: geometry from the bound args, and the plan's kernel key must
  * be the specialization those args need. */
-static int bind_mmvq_launch(memra_cuda_backend *be, const memra_plan *p, uint32_t i,
-                            cuda_launch *L, memra_err *err)
+static int bind_mmvq_launch(memra_cuda_backend *be, const memra_plan *p, uint32_t i, cuda_launch *L,
+                            memra_err *err)
 {
     int rc;
     memra_kernel_spec spec;
@@ -827,9 +910,12 @@ static int bind_mmvq_launch(memra_cuda_backend *be, const memra_plan *p, uint32_
     const int32_t k = p->launches[i].kernel;
     if (k < 0 || (uint32_t)k >= p->n_kernels ||
         memra_kernel_spec_parse(p->kernels[k], be->info.sm, &spec, NULL) != MEMRA_OK ||
-        memra_kernel_spec_key(&spec, want, sizeof want, NULL) != MEMRA_OK || strcmp(want, L->ml.key))
-        return MEMRA_FAIL(err, MEMRA_ERR_PLAN, "plan b%u s%u launch %u (mmvq): kernel '%s' is "
-                          "not the specialization its weights need (%s)", p->tier, p->stage, i,
+        memra_kernel_spec_key(&spec, want, sizeof want, NULL) != MEMRA_OK ||
+        strcmp(want, L->ml.key))
+        return MEMRA_FAIL(err, MEMRA_ERR_PLAN,
+                          "plan b%u s%u launch %u (mmvq): kernel '%s' is "
+                          "not the specialization its weights need (%s)",
+                          p->tier, p->stage, i,
                           k >= 0 && (uint32_t)k < p->n_kernels ? p->kernels[k] : "?", L->ml.key);
     MEMRA_TRY(memra_kernel_get(be->kc, L->ml.key, &L->fn, err));
     return MEMRA_OK;
@@ -845,15 +931,17 @@ static int bind_plan(memra_cuda_backend *be, uint32_t t, uint32_t s, memra_err *
     cp->launches = calloc(p->n_launches ? p->n_launches : 1, sizeof *cp->launches);
     if (!cp->launches)
         return MEMRA_FAIL(err, MEMRA_ERR_NOMEM, "plan b%u s%u: out of memory", p->tier, p->stage);
-    const bind_ctx c = {.p = p, .arena = be->arena[s], .tick = &cp->dev, .wdev = cp->wdev,
-                        .n_ctx = be->opts.n_ctx};
+    const bind_ctx c = {
+        .p = p, .arena = be->arena[s], .tick = &cp->dev, .wdev = cp->wdev, .n_ctx = be->opts.n_ctx};
     for (uint32_t i = 0; i < p->n_launches; i++) {
         const memra_plan_launch *l = &p->launches[i];
         const op_impl *im = l->op < MEMRA_OP_COUNT ? &k_impl[l->op] : NULL;
         cuda_launch *L = &cp->launches[i];
         if (!im || !im->bind || (!im->run && l->op != MEMRA_OP_MMVQ))
-            return MEMRA_FAIL(err, MEMRA_ERR_UNSUPPORTED, "plan b%u s%u launch %u: op %s has no "
-                              "CUDA kernel in this build", p->tier, p->stage, i,
+            return MEMRA_FAIL(err, MEMRA_ERR_UNSUPPORTED,
+                              "plan b%u s%u launch %u: op %s has no "
+                              "CUDA kernel in this build",
+                              p->tier, p->stage, i,
                               l->op < MEMRA_OP_COUNT ? memra_op_get(l->op)->name : "?");
         L->op = l->op;
         im->bind(&c, l->args, &L->a);
@@ -917,8 +1005,8 @@ static CUresult launch_mmvq(const memra_cuda_backend *be, const cuda_launch *L, 
     return be->launch_ex(&cfg, L->fn, args, NULL);
 }
 
-static int launch_one(const memra_cuda_backend *be, const cuda_plan *cp, uint32_t i,
-                      cudaStream_t s, const fault *f, memra_err *err)
+static int launch_one(const memra_cuda_backend *be, const cuda_plan *cp, uint32_t i, cudaStream_t s,
+                      const fault *f, memra_err *err)
 {
     const cuda_launch *L = &cp->launches[i];
     if (L->op == MEMRA_OP_MMVQ) {
@@ -943,8 +1031,8 @@ static int launch_one(const memra_cuda_backend *be, const cuda_plan *cp, uint32_
 }
 
 /* One stage of tier t: its tick block to the device, the boundary copy, its launches. */
-static int enqueue_stage(memra_cuda_backend *be, uint32_t t, uint32_t s, cudaStream_t st,
-                         int eager, memra_err *err)
+static int enqueue_stage(memra_cuda_backend *be, uint32_t t, uint32_t s, cudaStream_t st, int eager,
+                         memra_err *err)
 {
     int rc = MEMRA_OK;
     const cuda_plan *cp = plan_at(be, t, s);
@@ -953,16 +1041,19 @@ static int enqueue_stage(memra_cuda_backend *be, uint32_t t, uint32_t s, cudaStr
                                       cudaMemcpyHostToDevice, st));
     if (s > 0) { /* [b, n_embd] f32 boundary: a straight copy, no conversion */
         const memra_plan *q = plan_at(be, t, s - 1)->plan;
-        MEMRA_RT_TRY(err, cudaMemcpyAsync(be->arena[s] + p->buffers[p->input].offset,
-                                          be->arena[s - 1] + q->buffers[q->output].offset,
-                                          p->buffers[p->input].bytes, cudaMemcpyDeviceToDevice, st));
+        MEMRA_RT_TRY(err,
+                     cudaMemcpyAsync(be->arena[s] + p->buffers[p->input].offset,
+                                     be->arena[s - 1] + q->buffers[q->output].offset,
+                                     p->buffers[p->input].bytes, cudaMemcpyDeviceToDevice, st));
     }
     const int prof = eager && cp->prof;
     if (prof)
         MEMRA_RT_TRY(err, cudaEventRecord(cp->prof[0], st));
     for (uint32_t i = 0; i < p->n_launches; i++) {
-        const fault *f = eager && be->fault.kind && be->fault.tier == t && s == 0 &&
-                                 be->fault.launch == i ? &be->fault : NULL;
+        const fault *f =
+            eager && be->fault.kind && be->fault.tier == t && s == 0 && be->fault.launch == i
+                ? &be->fault
+                : NULL;
         MEMRA_TRY(launch_one(be, cp, i, st, f, err));
         if (prof)
             MEMRA_RT_TRY(err, cudaEventRecord(cp->prof[i + 1], st));
@@ -1049,9 +1140,10 @@ int memra_cuda_backend_open(const char *plan_dir, const memra_gguf *g, const mem
     if (be->opts.n_slots == 0 || be->opts.n_slots > MEMRA_SLOT_MAX_SLOTS || be->opts.n_ctx == 0 ||
         be->opts.n_ctx > MEMRA_SLOT_MAX_CTX || be->opts.staging_mib == 0 ||
         be->opts.staging_mib > 4096 || be->opts.device < 0) {
-        rc = MEMRA_FAIL(err, MEMRA_ERR_INVALID_ARG, "n_slots = %u (1..%d), n_ctx = %u (1..%u), "
-                        "staging_mib = %u (1..4096) or device %d out of range", be->opts.n_slots,
-                        MEMRA_SLOT_MAX_SLOTS, be->opts.n_ctx, MEMRA_SLOT_MAX_CTX,
+        rc = MEMRA_FAIL(err, MEMRA_ERR_INVALID_ARG,
+                        "n_slots = %u (1..%d), n_ctx = %u (1..%u), "
+                        "staging_mib = %u (1..4096) or device %d out of range",
+                        be->opts.n_slots, MEMRA_SLOT_MAX_SLOTS, be->opts.n_ctx, MEMRA_SLOT_MAX_CTX,
                         be->opts.staging_mib, be->opts.device);
         goto fail;
     }
@@ -1088,8 +1180,10 @@ static void reset_device(const memra_cuda_backend *be)
     CUdevice dev;
     if (be->ctx_reset && memra_cu()->cuDeviceGet(&dev, be->opts.device) == CUDA_SUCCESS) {
         const CUresult r = be->ctx_reset(dev);
-        memra_log(MEMRA_LOG_WARN, "cuda backend: primary context of device %d reset after a "
-                  "sticky error (result %d)", be->opts.device, (int)r);
+        memra_log(MEMRA_LOG_WARN,
+                  "cuda backend: primary context of device %d reset after a "
+                  "sticky error (result %d)",
+                  be->opts.device, (int)r);
     }
     (void)cudaDeviceReset();
 }
@@ -1150,10 +1244,22 @@ void memra_cuda_backend_close(memra_cuda_backend *be)
     free(be);
 }
 
-const memra_plan_manifest *memra_cuda_backend_manifest(const memra_cuda_backend *be) { return be->m; }
-uint32_t memra_cuda_backend_n_vocab(const memra_cuda_backend *be) { return be->m->n_vocab; }
-const memra_cuda_info *memra_cuda_backend_info(const memra_cuda_backend *be) { return &be->info; }
-int memra_cuda_backend_poisoned(const memra_cuda_backend *be) { return be->poisoned; }
+const memra_plan_manifest *memra_cuda_backend_manifest(const memra_cuda_backend *be)
+{
+    return be->m;
+}
+uint32_t memra_cuda_backend_n_vocab(const memra_cuda_backend *be)
+{
+    return be->m->n_vocab;
+}
+const memra_cuda_info *memra_cuda_backend_info(const memra_cuda_backend *be)
+{
+    return &be->info;
+}
+int memra_cuda_backend_poisoned(const memra_cuda_backend *be)
+{
+    return be->poisoned;
+}
 
 uint32_t memra_cuda_backend_last_tier(const memra_cuda_backend *be)
 {
@@ -1181,8 +1287,9 @@ int memra_cuda_session_admit(memra_cuda_backend *be, const memra_sample_params *
             continue;
         /* a new sequence's conv window and delta state are zero; stream-ordered before the
          * next tick, which runs on the same stream */
-        const cudaError_t e = cudaMemsetAsync(
-            (void *)(uintptr_t)memra_slot_region_addr(&be->pool, slot, r), 0, reg->bytes, be->stream);
+        const cudaError_t e =
+            cudaMemsetAsync((void *)(uintptr_t)memra_slot_region_addr(&be->pool, slot, r), 0,
+                            reg->bytes, be->stream);
         if (e != cudaSuccess) {
             memra_slot_pool_release(&be->pool, slot, NULL);
             return memra_cudart_fail(err, e, "cudaMemsetAsync(slot state)", __FILE__, __LINE__);
@@ -1246,16 +1353,22 @@ static int step_check(const memra_cuda_backend *be, const memra_cuda_step *st, u
     for (uint32_t r = 0; r < st->n_rows; r++) {
         const uint32_t s = st->sessions[r];
         if (!session_ok(be, s))
-            return MEMRA_FAIL(err, MEMRA_ERR_INVALID_ARG, "step row %u: session %u is not admitted", r, s);
+            return MEMRA_FAIL(err, MEMRA_ERR_INVALID_ARG, "step row %u: session %u is not admitted",
+                              r, s);
         if (be->sessions[s].failed)
-            return MEMRA_FAIL(err, MEMRA_ERR_INVALID_ARG, "step row %u: session %u failed in an "
-                              "earlier tick (its state is undefined); retire it", r, s);
+            return MEMRA_FAIL(err, MEMRA_ERR_INVALID_ARG,
+                              "step row %u: session %u failed in an "
+                              "earlier tick (its state is undefined); retire it",
+                              r, s);
         for (uint32_t q = 0; q < r; q++)
             if (st->sessions[q] == s)
-                return MEMRA_FAIL(err, MEMRA_ERR_INVALID_ARG, "step: session %u in rows %u and %u", s, q, r);
+                return MEMRA_FAIL(err, MEMRA_ERR_INVALID_ARG, "step: session %u in rows %u and %u",
+                                  s, q, r);
         if (st->tokens[r] < 0 || (uint32_t)st->tokens[r] >= be->m->n_vocab)
-            return MEMRA_FAIL(err, MEMRA_ERR_INVALID_ARG, "step row %u: token %d outside the "
-                              "vocabulary (0..%u)", r, st->tokens[r], be->m->n_vocab - 1);
+            return MEMRA_FAIL(err, MEMRA_ERR_INVALID_ARG,
+                              "step row %u: token %d outside the "
+                              "vocabulary (0..%u)",
+                              r, st->tokens[r], be->m->n_vocab - 1);
         if (be->sessions[s].pos >= be->opts.n_ctx)
             return MEMRA_FAIL(err, MEMRA_ERR_CAPACITY, "session %u is full (n_ctx = %u)", s,
                               be->opts.n_ctx);
@@ -1280,7 +1393,8 @@ static void fill_tick(const memra_cuda_backend *be, cuda_plan *cp, const memra_c
         tk->params[r].step = live ? se->pos : 0;
         tk->out_tokens[r] = -1;
         for (uint32_t i = 0; i < cp->plan->n_states; i++)
-            memra_tick_region_row(tk, i)[r] = memra_slot_region_addr(&be->pool, slot, cp->region_map[i]);
+            memra_tick_region_row(tk, i)[r] =
+                memra_slot_region_addr(&be->pool, slot, cp->region_map[i]);
     }
 }
 
@@ -1302,9 +1416,10 @@ static int tick_failed(memra_cuda_backend *be, const memra_cuda_step *st, uint32
     if (err && err->code == MEMRA_ERR_CUDA) {
         const size_t len = strlen(err->msg);
         if (len + 1 < sizeof err->msg)
-            snprintf(err->msg + len, sizeof err->msg - len, "; %s", be->poisoned ?
-                     "the error is sticky: the CUDA context is poisoned, close the engine" :
-                     "the tick's sessions are marked failed, the engine serves the others");
+            snprintf(err->msg + len, sizeof err->msg - len, "; %s",
+                     be->poisoned
+                         ? "the error is sticky: the CUDA context is poisoned, close the engine"
+                         : "the tick's sessions are marked failed, the engine serves the others");
     }
     return rc;
 }
@@ -1338,10 +1453,11 @@ static int run_tick(memra_cuda_backend *be, uint32_t t, memra_err *err)
     MEMRA_RT_TRY(err, cudaEventRecord(be->ev_done, be->stream));
     const cudaError_t e = cudaEventSynchronize(be->ev_done);
     if (e != cudaSuccess)
-        return MEMRA_FAIL(err, MEMRA_ERR_CUDA, "tier b%u: %s (%s) during the %s", be->m->tiers[t],
-                          cudaGetErrorName(e), cudaGetErrorString(e), eager ?
-                          "eager tick (launch unknown: set sync_launches to locate it)" :
-                          "graph replay (launch unknown: run eagerly with sync_launches to locate it)");
+        return MEMRA_FAIL(
+            err, MEMRA_ERR_CUDA, "tier b%u: %s (%s) during the %s", be->m->tiers[t],
+            cudaGetErrorName(e), cudaGetErrorString(e),
+            eager ? "eager tick (launch unknown: set sync_launches to locate it)"
+                  : "graph replay (launch unknown: run eagerly with sync_launches to locate it)");
     float ms = 0;
     if (cudaEventElapsedTime(&ms, be->ev_start, be->ev_done) == cudaSuccess)
         be->info.last_tick_ms = ms;
@@ -1389,14 +1505,19 @@ int memra_cuda_backend_logits(memra_cuda_backend *be, uint32_t row, uint32_t n_r
     int rc = MEMRA_OK;
     if (be->poisoned)
         return poisoned_fail(be, err);
-    if (!be->last_tier || n_rows == 0 || row >= be->last_rows || n_rows > be->last_rows - row || !dst)
-        return MEMRA_FAIL(err, MEMRA_ERR_INVALID_ARG, "logits: rows [%u, %u) are not rows of the "
-                          "last successful step (%u rows)", row, row + n_rows, be->last_rows);
+    if (!be->last_tier || n_rows == 0 || row >= be->last_rows || n_rows > be->last_rows - row ||
+        !dst)
+        return MEMRA_FAIL(err, MEMRA_ERR_INVALID_ARG,
+                          "logits: rows [%u, %u) are not rows of the "
+                          "last successful step (%u rows)",
+                          row, row + n_rows, be->last_rows);
     MEMRA_TRY(bind_thread(be, err));
     const memra_plan *p = plan_at(be, be->last_tier - 1, be->n_stages - 1)->plan;
     const size_t row_bytes = (size_t)be->m->n_vocab * sizeof(float);
-    const uint8_t *src = be->arena[be->n_stages - 1] + p->buffers[p->logits].offset + row * row_bytes;
-    MEMRA_RT_TRY(err, cudaMemcpyAsync(dst, src, n_rows * row_bytes, cudaMemcpyDeviceToHost, be->stream));
+    const uint8_t *src =
+        be->arena[be->n_stages - 1] + p->buffers[p->logits].offset + row * row_bytes;
+    MEMRA_RT_TRY(err,
+                 cudaMemcpyAsync(dst, src, n_rows * row_bytes, cudaMemcpyDeviceToHost, be->stream));
     MEMRA_RT_TRY(err, cudaStreamSynchronize(be->stream));
     return MEMRA_OK;
 fail:
@@ -1410,11 +1531,14 @@ int memra_cuda_backend_inject_fault(memra_cuda_backend *be, uint32_t tier, uint3
     while (t < be->n_tiers && be->m->tiers[t] != tier)
         t++;
     if (t == be->n_tiers || (kind != MEMRA_CUDA_FAULT_LAUNCH && kind != MEMRA_CUDA_FAULT_STICKY))
-        return MEMRA_FAIL(err, MEMRA_ERR_INVALID_ARG, "fault: no tier %u or unknown kind %d", tier, kind);
+        return MEMRA_FAIL(err, MEMRA_ERR_INVALID_ARG, "fault: no tier %u or unknown kind %d", tier,
+                          kind);
     const memra_plan *p = plan_at(be, t, 0)->plan;
     if (launch >= p->n_launches || p->launches[launch].op != MEMRA_OP_MMVQ)
-        return MEMRA_FAIL(err, MEMRA_ERR_INVALID_ARG, "fault: launch %u of tier %u stage 0 is "
-                          "not an mmvq launch", launch, tier);
+        return MEMRA_FAIL(err, MEMRA_ERR_INVALID_ARG,
+                          "fault: launch %u of tier %u stage 0 is "
+                          "not an mmvq launch",
+                          launch, tier);
     be->fault = (fault){.kind = kind, .tier = t, .launch = launch};
     return MEMRA_OK;
 }

@@ -138,22 +138,22 @@ int memra_cuda_backend_poisoned(const memra_cuda_backend *be);
 
 typedef struct memra_cuda_info {
     char device_name[128];
-    int sm;                    /* 10 * major + minor */
-    int n_sm;                  /* multiprocessors */
-    uint64_t weight_bytes;     /* uploaded (the distinct tensors the plans reference) */
-    double upload_ms;          /* weight upload wall time (mmap read + copies) */
-    uint64_t arena_bytes;      /* activation arenas, all stages */
-    uint64_t slot_bytes;       /* slot pools incl. the scratch slot, all stages */
-    uint32_t n_kernels;        /* NVRTC specializations loaded */
-    double kernels_ms;         /* their loading (cache reads, compiles) */
-    double capture_ms;         /* graph capture + instantiation, all tiers */
+    int sm;                /* 10 * major + minor */
+    int n_sm;              /* multiprocessors */
+    uint64_t weight_bytes; /* uploaded (the distinct tensors the plans reference) */
+    double upload_ms;      /* weight upload wall time (mmap read + copies) */
+    uint64_t arena_bytes;  /* activation arenas, all stages */
+    uint64_t slot_bytes;   /* slot pools incl. the scratch slot, all stages */
+    uint32_t n_kernels;    /* NVRTC specializations loaded */
+    double kernels_ms;     /* their loading (cache reads, compiles) */
+    double capture_ms;     /* graph capture + instantiation, all tiers */
     uint32_t n_tiers;
     uint32_t tiers[MEMRA_PLAN_MAX_TIERS];       /* = the manifest's */
     uint32_t launches[MEMRA_PLAN_MAX_TIERS];    /* kernel launches per tick, all stages */
     uint32_t graph_nodes[MEMRA_PLAN_MAX_TIERS]; /* nodes of the tier's graph; 0 when eager */
     uint64_t tick_bytes[MEMRA_PLAN_MAX_TIERS];  /* weight bytes streamed per tick (plan stats) */
-    float last_tick_ms;        /* device time of the last successful step (CUDA events) */
-    int graphs, pdl;           /* the effective options */
+    float last_tick_ms;                /* device time of the last successful step (CUDA events) */
+    int graphs, pdl;                   /* the effective options */
     double op_ms[MEMRA_OP_COUNT];      /* opts.profile: device ms per op, summed over ticks */
     uint64_t op_calls[MEMRA_OP_COUNT]; /* opts.profile: launches per op, summed over ticks */
     uint64_t profiled_ticks;           /* opts.profile: ticks summed into op_ms */

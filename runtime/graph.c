@@ -14,8 +14,8 @@ int memra_cudart_fail(memra_err *err, cudaError_t e, const char *call, const cha
 {
     if (e == cudaSuccess)
         return MEMRA_OK;
-    return memra_err_set(err, MEMRA_ERR_CUDA, file, line, "%s: %s (%s)", call,
-                         cudaGetErrorName(e), cudaGetErrorString(e));
+    return memra_err_set(err, MEMRA_ERR_CUDA, file, line, "%s: %s (%s)", call, cudaGetErrorName(e),
+                         cudaGetErrorString(e));
 }
 
 int memra_graph_capture(memra_graph *g, cudaStream_t s, memra_graph_enqueue_fn fn, void *user,

@@ -10,4 +10,4 @@ mkdir -p models
 if [ ! -f "$model" ]; then
   build/memra-forge --preset tiny --seed 1 -o "$model"
 fi
-exec build/memra-run --backend ref -m "$model" --tokens 1,2,3 -n 32 "$@"
+exec build/memra-run --backend "$( (nvidia-smi -L && grep -q memra_cuda_backend_open build/memra-run) >/dev/null 2>&1 && echo cuda || echo ref)" -m "$model" --tokens 1,2,3 -n 32 "$@"

@@ -49,7 +49,7 @@ typedef struct model_fix {
 } model_fix;
 
 static model_fix g_tiny, g_big;
-static int g_gpu = -1;           /* -1 unknown, 0 none, 1 present */
+static int g_gpu = -1; /* -1 unknown, 0 none, 1 present */
 static char g_gpu_why[512];
 
 static int gpu_ok(void)
@@ -70,7 +70,7 @@ static int gpu_ok(void)
 #define REQUIRE_GPU()                                                                              \
     do {                                                                                           \
         if (!gpu_ok()) {                                                                           \
-            fprintf(stderr, "SKIP %s: no CUDA device (%s)\n", __func__, g_gpu_why);               \
+            fprintf(stderr, "SKIP %s: no CUDA device (%s)\n", __func__, g_gpu_why);                \
             return;                                                                                \
         }                                                                                          \
     } while (0)
@@ -151,8 +151,14 @@ static void fix_teardown(model_fix *f)
         rm_dir(f->plans2);
 }
 
-static void tiny_setup(void) { fix_setup(&g_tiny, NULL); }
-static void tiny_teardown(void) { fix_teardown(&g_tiny); }
+static void tiny_setup(void)
+{
+    fix_setup(&g_tiny, NULL);
+}
+static void tiny_teardown(void)
+{
+    fix_teardown(&g_tiny);
+}
 static void big_setup(void)
 {
     const char *p = getenv("MEMRA_GPU_TEST_MODEL");
@@ -161,13 +167,16 @@ static void big_setup(void)
     else
         memset(&g_big, 0, sizeof g_big);
 }
-static void big_teardown(void) { fix_teardown(&g_big); }
+static void big_teardown(void)
+{
+    fix_teardown(&g_big);
+}
 
 #define REQUIRE_BIG()                                                                              \
     do {                                                                                           \
         REQUIRE_GPU();                                                                             \
         if (!getenv("MEMRA_GPU_TEST_MODEL")) {                                                     \
-            fprintf(stderr, "SKIP %s: MEMRA_GPU_TEST_MODEL is not set\n", __func__);              \
+            fprintf(stderr, "SKIP %s: MEMRA_GPU_TEST_MODEL is not set\n", __func__);               \
             return;                                                                                \
         }                                                                                          \
     } while (0)
@@ -220,8 +229,8 @@ typedef struct gate_seq {
     int n_prompt, len;
     int32_t prompt[32];
     memra_sample_params params;
-    float *logits;           /* [len, n_vocab] when full */
-    uint64_t hash[MAX_LEN];  /* XXH3-64 of each step's logits row */
+    float *logits;          /* [len, n_vocab] when full */
+    uint64_t hash[MAX_LEN]; /* XXH3-64 of each step's logits row */
     int32_t sampled[MAX_LEN];
 } gate_seq;
 
@@ -250,9 +259,11 @@ static void gate_make(gate *gt, int n, int max_len, uint32_t n_vocab, int full)
         s->n_prompt = 3 + (int)(tu_rng_u64(&r) % 16);
         for (int k = 0; k < s->n_prompt; k++)
             s->prompt[k] = (int32_t)(tu_rng_u64(&r) % n_vocab);
-        s->params = (memra_sample_params){
-            .temperature = i % 3 == 0 ? 0.0f : 0.6f + 0.1f * (float)(i % 5),
-            .top_k = i % 4 == 1 ? 20 : 0, .top_p = i % 4 == 2 ? 0.9f : 1.0f, .seed = 1000u + (uint64_t)i};
+        s->params =
+            (memra_sample_params){.temperature = i % 3 == 0 ? 0.0f : 0.6f + 0.1f * (float)(i % 5),
+                                  .top_k = i % 4 == 1 ? 20 : 0,
+                                  .top_p = i % 4 == 2 ? 0.9f : 1.0f,
+                                  .seed = 1000u + (uint64_t)i};
         if (full)
             s->logits = xcalloc((size_t)s->len * n_vocab, sizeof(float));
     }
@@ -289,13 +300,14 @@ static void gate_check_row(gate *gt, int q, int k, int r, int active, const char
             while (memcmp(&want[j], &got[j], sizeof(float)) == 0)
                 j++;
             ck_abort_msg("%s: sequence %d step %d (row %d of %d) differs from the reference at "
-                         "logit %u: got %.9g want %.9g", what, q, k, r, active, j, (double)got[j],
-                         (double)want[j]);
+                         "logit %u: got %.9g want %.9g",
+                         what, q, k, r, active, j, (double)got[j], (double)want[j]);
         }
     }
-    ck_assert_msg(h == s->hash[k], "%s: sequence %d step %d (row %d of %d): logits hash %016llx, "
-                  "reference %016llx", what, q, k, r, active, (unsigned long long)h,
-                  (unsigned long long)s->hash[k]);
+    ck_assert_msg(h == s->hash[k],
+                  "%s: sequence %d step %d (row %d of %d): logits hash %016llx, "
+                  "reference %016llx",
+                  what, q, k, r, active, (unsigned long long)h, (unsigned long long)s->hash[k]);
 }
 
 /* Continuous batching with rows of at most `width` (tier 0: the backend picks the smallest
@@ -309,8 +321,8 @@ static int gate_run(gpu_ctx *c, gate *gt, uint32_t width, const char *what, int 
     int idx[N_SEQ], active = 0, next = 0, step[N_SEQ] = {0}, tick = 0;
     while (next < gt->n || active > 0) {
         while (active < (int)width && next < gt->n) {
-            ck_assert_int_eq(memra_cuda_session_admit(c->be, &gt->s[next].params, &sid[active], &err),
-                             MEMRA_OK);
+            ck_assert_int_eq(
+                memra_cuda_session_admit(c->be, &gt->s[next].params, &sid[active], &err), MEMRA_OK);
             idx[active++] = next++;
         }
         uint32_t rows[N_SEQ];
@@ -321,18 +333,22 @@ static int gate_run(gpu_ctx *c, gate *gt, uint32_t width, const char *what, int 
             rows[r] = sid[order[r]];
             toks[r] = gate_token(&gt->s[idx[order[r]]], step[idx[order[r]]]);
         }
-        memra_cuda_step st = {.n_rows = (uint32_t)active, .sessions = rows, .tokens = toks,
-                              .out_tokens = out};
-        ck_assert_msg(memra_cuda_backend_step(c->be, &st, &err) == MEMRA_OK, "%s: %s", what, err.msg);
-        ck_assert_int_eq(memra_cuda_backend_logits(c->be, 0, (uint32_t)active, gt->rows, &err), MEMRA_OK);
+        memra_cuda_step st = {
+            .n_rows = (uint32_t)active, .sessions = rows, .tokens = toks, .out_tokens = out};
+        ck_assert_msg(memra_cuda_backend_step(c->be, &st, &err) == MEMRA_OK, "%s: %s", what,
+                      err.msg);
+        ck_assert_int_eq(memra_cuda_backend_logits(c->be, 0, (uint32_t)active, gt->rows, &err),
+                         MEMRA_OK);
         for (int r = 0; r < active; r++) {
             const int q = idx[order[r]], k = step[q]++;
             gate_check_row(gt, q, k, r, active, what, record);
             if (record)
                 gt->s[q].sampled[k] = out[r];
             else
-                ck_assert_msg(out[r] == gt->s[q].sampled[k], "%s: sequence %d step %d sampled %d, "
-                              "reference %d", what, q, k, out[r], gt->s[q].sampled[k]);
+                ck_assert_msg(out[r] == gt->s[q].sampled[k],
+                              "%s: sequence %d step %d sampled %d, "
+                              "reference %d",
+                              what, q, k, out[r], gt->s[q].sampled[k]);
         }
         for (int r = 0; r < active;) {
             if (step[idx[r]] == gt->s[idx[r]].len) {
@@ -350,8 +366,8 @@ static int gate_run(gpu_ctx *c, gate *gt, uint32_t width, const char *what, int 
 }
 
 /* (2) isolation at every width 1..16 against each sequence alone at tier 1. */
-static void isolation_gate(const model_fix *f, int n_seq, int max_len, int full, const uint32_t *widths,
-                           int n_widths)
+static void isolation_gate(const model_fix *f, int n_seq, int max_len, int full,
+                           const uint32_t *widths, int n_widths)
 {
     gpu_ctx c;
     gopen(&c, f, f->plans1, 1, MAX_LEN);
@@ -363,9 +379,10 @@ static void isolation_gate(const model_fix *f, int n_seq, int max_len, int full,
         snprintf(what, sizeof what, "width %u", widths[w]);
         ticks += gate_run(&c, &gt, widths[w], what, 0);
     }
-    fprintf(stderr, "isolation gate: %d sequences (%d..%d tokens), %d widths, %d ticks: "
-            "every row memcmp-equal to its sequence alone\n", n_seq, gt.s[n_seq - 1].len, max_len,
-            n_widths + 1, ticks);
+    fprintf(stderr,
+            "isolation gate: %d sequences (%d..%d tokens), %d widths, %d ticks: "
+            "every row memcmp-equal to its sequence alone\n",
+            n_seq, gt.s[n_seq - 1].len, max_len, n_widths + 1, ticks);
     gate_free(&gt);
     gclose(&c);
 }
@@ -450,7 +467,10 @@ static void agree_measure(const float *cpu, const float *gpu, uint32_t n_vocab, 
 }
 
 /* The CPU's gap between its best logit and the GPU's choice: how close to a tie it was. */
-static double greedy_gap(const float *cpu, int32_t tc, int32_t tg) { return (double)cpu[tc] - cpu[tg]; }
+static double greedy_gap(const float *cpu, int32_t tc, int32_t tg)
+{
+    return (double)cpu[tc] - cpu[tg];
+}
 
 static void agree_report(const char *what, const agree_stats *st)
 {
@@ -464,11 +484,12 @@ static void agree_report(const char *what, const agree_stats *st)
         snprintf(item, sizeof item, " %d:%.2g", k, st->rel[k]);
         strncat(growth, item, sizeof growth - strlen(growth) - 1);
     }
-    fprintf(stderr, "CPU agreement (%s): %d steps teacher-forced with the CPU's greedy tokens; "
+    fprintf(stderr,
+            "CPU agreement (%s): %d steps teacher-forced with the CPU's greedy tokens; "
             "argmax differs at %d steps (first %d, CPU gap %.3g); logits max|d|/max|l|: step 0 "
-            "%.2g, worst %.3g at step %d, by step%s; tolerance %.1g\n", what, st->n,
-            st->token_diff, st->first_token_diff, st->gap_at_diff, st->rel[0], st->rel[worst],
-            worst, growth, CPU_TOL_REL);
+            "%.2g, worst %.3g at step %d, by step%s; tolerance %.1g\n",
+            what, st->n, st->token_diff, st->first_token_diff, st->gap_at_diff, st->rel[0],
+            st->rel[worst], worst, growth, CPU_TOL_REL);
 }
 /* CPU side: the CPU backend (small models) or the reference model (bit-identical to it;
  * with threads, for the large model). */
@@ -496,7 +517,8 @@ static void cpu_open(cpu_side *c, const model_fix *f, int use_ref, uint32_t n_ct
     }
     ck_assert_msg(memra_gguf_open(f->path, &c->g, &err) == MEMRA_OK, "%s", err.msg);
     memra_cpu_opts o = {.n_slots = 1, .n_ctx = n_ctx};
-    ck_assert_msg(memra_cpu_backend_open(f->plans1, c->g, &o, &c->be, &err) == MEMRA_OK, "%s", err.msg);
+    ck_assert_msg(memra_cpu_backend_open(f->plans1, c->g, &o, &c->be, &err) == MEMRA_OK, "%s",
+                  err.msg);
     ck_assert_int_eq(memra_cpu_session_admit(c->be, NULL, &c->sid, &err), MEMRA_OK);
 }
 
@@ -505,7 +527,8 @@ static int32_t cpu_forward(cpu_side *c, int32_t tok, float *logits, uint32_t n_v
     memra_err err;
     memra_err_clear(&err);
     if (c->m) {
-        ck_assert_msg(memra_ref_forward(c->m, c->seq, tok, logits, &err) == MEMRA_OK, "%s", err.msg);
+        ck_assert_msg(memra_ref_forward(c->m, c->seq, tok, logits, &err) == MEMRA_OK, "%s",
+                      err.msg);
         return memra_ref_argmax(logits, n_vocab);
     }
     int32_t out = -1;
@@ -539,7 +562,8 @@ static void cpu_agreement(const model_fix *f, int steps, int use_ref, int ksplit
     o.n_slots = 1;
     o.n_ctx = MAX_LEN + 16;
     o.mmvq_ksplit = ksplit;
-    ck_assert_msg(memra_cuda_backend_open(f->plans1, c.g, &o, &c.be, &err) == MEMRA_OK, "%s", err.msg);
+    ck_assert_msg(memra_cuda_backend_open(f->plans1, c.g, &o, &c.be, &err) == MEMRA_OK, "%s",
+                  err.msg);
     c.n_vocab = memra_cuda_backend_n_vocab(c.be);
     cpu_side cpu;
     cpu_open(&cpu, f, use_ref, MAX_LEN + 16);
@@ -557,15 +581,18 @@ static void cpu_agreement(const model_fix *f, int steps, int use_ref, int ksplit
         ck_assert_msg(memra_cuda_backend_step(c.be, &s, &err) == MEMRA_OK, "%s", err.msg);
         ck_assert_int_eq(memra_cuda_backend_logits(c.be, 0, 1, lg, &err), MEMRA_OK);
         /* the device's greedy sample is the argmax of its own logits, exactly */
-        ck_assert_msg(tg == memra_ref_argmax(lg, c.n_vocab), "step %d: device sampled %d, the "
-                      "argmax of its logits is %d", i, tg, memra_ref_argmax(lg, c.n_vocab));
+        ck_assert_msg(tg == memra_ref_argmax(lg, c.n_vocab),
+                      "step %d: device sampled %d, the "
+                      "argmax of its logits is %d",
+                      i, tg, memra_ref_argmax(lg, c.n_vocab));
         agree_measure(lc, lg, c.n_vocab, &st);
         if (tc != tg) {
             /* a different choice is explained by this step's measured deviation: the CPU's
              * margin for its token over the GPU's is at most twice max|d| */
-            ck_assert_msg(greedy_gap(lc, tc, tg) <= 2 * st.dmax[i], "step %d: CPU token %d, GPU "
-                          "%d: CPU margin %.3g exceeds 2 max|d| = %.3g", i, tc, tg,
-                          greedy_gap(lc, tc, tg), 2 * st.dmax[i]);
+            ck_assert_msg(greedy_gap(lc, tc, tg) <= 2 * st.dmax[i],
+                          "step %d: CPU token %d, GPU "
+                          "%d: CPU margin %.3g exceeds 2 max|d| = %.3g",
+                          i, tc, tg, greedy_gap(lc, tc, tg), 2 * st.dmax[i]);
             if (st.token_diff++ == 0) {
                 st.first_token_diff = i;
                 st.gap_at_diff = greedy_gap(lc, tc, tg);
@@ -582,8 +609,10 @@ static void cpu_agreement(const model_fix *f, int steps, int use_ref, int ksplit
     cpu_close(&cpu);
     gclose(&c);
     for (int i = 0; i < st.n; i++)
-        ck_assert_msg(st.rel[i] <= CPU_TOL_REL, "%s: step %d: logits differ by %.3g of the row's "
-                      "largest magnitude (tolerance %.1g)", what, i, st.rel[i], CPU_TOL_REL);
+        ck_assert_msg(st.rel[i] <= CPU_TOL_REL,
+                      "%s: step %d: logits differ by %.3g of the row's "
+                      "largest magnitude (tolerance %.1g)",
+                      what, i, st.rel[i], CPU_TOL_REL);
 }
 
 START_TEST(test_cpu_agreement)
@@ -643,7 +672,8 @@ START_TEST(test_launch_error_fails_only_its_tick)
     ck_assert_int_eq(memra_cuda_backend_step(c.be, &st, &err), MEMRA_ERR_CUDA);
     char want[64];
     snprintf(want, sizeof want, "launch %u (mmvq)", li);
-    ck_assert_msg(strstr(err.msg, want) && strstr(err.msg, "marked failed"), "message: %s", err.msg);
+    ck_assert_msg(strstr(err.msg, want) && strstr(err.msg, "marked failed"), "message: %s",
+                  err.msg);
     ck_assert(!memra_cuda_backend_poisoned(c.be));
     ck_assert(memra_cuda_session_failed(c.be, ab[0]) && memra_cuda_session_failed(c.be, ab[1]));
     ck_assert_uint_eq(memra_cuda_session_pos(c.be, ab[0]), 1); /* the failed tick did not count */
@@ -653,11 +683,13 @@ START_TEST(test_launch_error_fails_only_its_tick)
     /* the engine keeps serving: x (admitted after the failure) == y (after the retirement) */
     enum { N = 6 };
     const int32_t seq[N] = {3, 14, 15, 92, 65, 35};
-    float *lx = xcalloc((size_t)N * c.n_vocab, sizeof(float)), *ly = xcalloc(c.n_vocab, sizeof(float));
+    float *lx = xcalloc((size_t)N * c.n_vocab, sizeof(float)),
+          *ly = xcalloc(c.n_vocab, sizeof(float));
     ck_assert_int_eq(memra_cuda_session_admit(c.be, NULL, &x, &err), MEMRA_OK);
     for (int k = 0; k < N; k++) {
         step_ok(&c, 1, &x, &seq[k], out);
-        ck_assert_int_eq(memra_cuda_backend_logits(c.be, 0, 1, lx + (size_t)k * c.n_vocab, &err), MEMRA_OK);
+        ck_assert_int_eq(memra_cuda_backend_logits(c.be, 0, 1, lx + (size_t)k * c.n_vocab, &err),
+                         MEMRA_OK);
     }
     ck_assert_int_eq(memra_cuda_session_retire(c.be, ab[0], &err), MEMRA_OK);
     ck_assert_int_eq(memra_cuda_session_retire(c.be, ab[1], &err), MEMRA_OK);
@@ -713,8 +745,10 @@ START_TEST(test_sticky_error_poisons)
         ck_assert_int_eq(rc, MEMRA_ERR_CUDA);
         ck_assert_ptr_nonnull(strstr(err.msg, "CUDA_ERROR"));
         ck_assert_ptr_null(be2);
-        fprintf(stderr, "sticky error: after close, the device stays unusable in this process "
-                "(%s): a host must restart the process\n", err.msg);
+        fprintf(stderr,
+                "sticky error: after close, the device stays unusable in this process "
+                "(%s): a host must restart the process\n",
+                err.msg);
     }
     memra_cuda_backend_close(be2);
     memra_gguf_close(c.g);
@@ -883,7 +917,8 @@ static void profile_table(const model_fix *f)
     o.n_ctx = MAX_LEN;
     o.graphs = 0;
     o.profile = 1;
-    ck_assert_msg(memra_cuda_backend_open(f->plans1, c.g, &o, &c.be, &err) == MEMRA_OK, "%s", err.msg);
+    ck_assert_msg(memra_cuda_backend_open(f->plans1, c.g, &o, &c.be, &err) == MEMRA_OK, "%s",
+                  err.msg);
     const memra_cuda_info *in = memra_cuda_backend_info(c.be);
     double ms[2][MEMRA_OP_COUNT];
     uint64_t calls[MEMRA_OP_COUNT];
@@ -900,8 +935,10 @@ static void profile_table(const model_fix *f)
             calls[op] = (uint64_t)((double)(in->op_calls[op] - calls[op]) / n + 0.5);
         }
     }
-    fprintf(stderr, "per-op device time per tick (eager, events between launches), %s:\n"
-            "  op             launches   B=1 ms  B=16 ms\n", f->path);
+    fprintf(stderr,
+            "per-op device time per tick (eager, events between launches), %s:\n"
+            "  op             launches   B=1 ms  B=16 ms\n",
+            f->path);
     double tot[2] = {0, 0};
     for (int op = 0; op < MEMRA_OP_COUNT; op++) {
         if (!calls[op])
@@ -931,11 +968,13 @@ START_TEST(test_big_tick_times)
     gopen(&ea, &g_big, g_big.plans1, 0, MAX_LEN);
     const memra_cuda_info *in = memra_cuda_backend_info(gr.be);
     const double bw = copy_gbs();
-    fprintf(stderr, "tick times, %s (sm_%d, %d SMs), weights %.3f GB uploaded in %.0f ms "
-            "(%.2f GB/s), copy bandwidth %.0f GB/s, PDL %s\n", in->device_name, in->sm, in->n_sm,
-            (double)in->weight_bytes / 1e9, in->upload_ms,
+    fprintf(stderr,
+            "tick times, %s (sm_%d, %d SMs), weights %.3f GB uploaded in %.0f ms "
+            "(%.2f GB/s), copy bandwidth %.0f GB/s, PDL %s\n",
+            in->device_name, in->sm, in->n_sm, (double)in->weight_bytes / 1e9, in->upload_ms,
             (double)in->weight_bytes / 1e6 / in->upload_ms, bw, in->pdl ? "on" : "off");
-    fprintf(stderr, "  tier  launches  nodes  graph ms  eager ms  tok/s(graph)  weight GB/s  of copy BW\n");
+    fprintf(stderr,
+            "  tier  launches  nodes  graph ms  eager ms  tok/s(graph)  weight GB/s  of copy BW\n");
     for (uint32_t t = 0; t < in->n_tiers; t++) {
         const uint32_t b = in->tiers[t];
         const double g = tick_ms(&gr, b), e = tick_ms(&ea, b);
