@@ -164,10 +164,12 @@ static uint64_t mix64(uint64_t z)
 /* llama.cpp's llama_ftype names for general.file_type (the ones a checkpoint here has). */
 static const char *ftype_name(uint32_t ft)
 {
-    static const struct { uint32_t id; const char *name; } k[] = {
-        {0, "F32"},     {1, "F16"},     {2, "Q4_0"},    {7, "Q8_0"},    {10, "Q2_K"},
-        {12, "Q3_K_M"}, {14, "Q4_K_S"}, {15, "Q4_K_M"}, {16, "Q5_K_S"}, {17, "Q5_K_M"},
-        {18, "Q6_K"},   {30, "IQ4_XS"}, {32, "BF16"},   {38, "MXFP4_MOE"}};
+    static const struct {
+        uint32_t id;
+        const char *name;
+    } k[] = {{0, "F32"},     {1, "F16"},     {2, "Q4_0"},    {7, "Q8_0"},      {10, "Q2_K"},
+             {12, "Q3_K_M"}, {14, "Q4_K_S"}, {15, "Q4_K_M"}, {16, "Q5_K_S"},   {17, "Q5_K_M"},
+             {18, "Q6_K"},   {30, "IQ4_XS"}, {32, "BF16"},   {38, "MXFP4_MOE"}};
     for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
         if (k[i].id == ft)
             return k[i].name;
@@ -179,7 +181,8 @@ static void model_facts(const memra_gguf *g, const char *path, memra_bench_repor
     uint32_t ft = 0;
     size_t size = 0;
     const char *base = strrchr(path, '/');
-    if (memra_gguf_get_str(g, "general.name", r->model_name, sizeof r->model_name, NULL) != MEMRA_OK)
+    if (memra_gguf_get_str(g, "general.name", r->model_name, sizeof r->model_name, NULL) !=
+        MEMRA_OK)
         snprintf(r->model_name, sizeof r->model_name, "%s", base ? base + 1 : path);
     if (memra_gguf_get_str(g, "general.architecture", r->arch, sizeof r->arch, NULL) != MEMRA_OK)
         snprintf(r->arch, sizeof r->arch, "?");
@@ -224,9 +227,9 @@ typedef struct bench_ctx {
     const memra_bench_opts *o; /* = &r->opts */
     memra_gguf *g;
     tier_stats stats[MEMRA_PLAN_MAX_TIERS]; /* [o->n_tiers] */
-    uint32_t max_tier, tier1;  /* tier1: 1 when the manifest has tier 1 */
+    uint32_t max_tier, tier1;               /* tier1: 1 when the manifest has tier 1 */
     uint32_t n_vocab;
-    float *ref, *got;          /* [max_tier][n_vocab] logits of the isolation check */
+    float *ref, *got; /* [max_tier][n_vocab] logits of the isolation check */
     double *lat[BENCH_MAX_ENG], *host[BENCH_MAX_ENG]; /* [ticks] per engine */
 } bench_ctx;
 
@@ -303,9 +306,10 @@ static int resolve_plans(bench_ctx *c, memra_err *err)
         if (memra_plan_tier_for(m, c->o->tiers[i]) != c->o->tiers[i]) {
             char have[96];
             list_str(m->tiers, m->n_tiers, have, sizeof have);
-            rc = MEMRA_FAIL(err, MEMRA_ERR_INVALID_ARG, "tier %u is not a tier of the plan set "
-                            "%s (it has %s); re-plan with memra-plan --tiers", c->o->tiers[i],
-                            r->plans_dir, have);
+            rc = MEMRA_FAIL(err, MEMRA_ERR_INVALID_ARG,
+                            "tier %u is not a tier of the plan set "
+                            "%s (it has %s); re-plan with memra-plan --tiers",
+                            c->o->tiers[i], r->plans_dir, have);
             goto fail;
         }
         MEMRA_TRY(tier_traffic(c, m, c->o->tiers[i], &c->stats[i], err));
@@ -326,7 +330,10 @@ fail:
 
 /* ======================================= cases ======================================= */
 
-static uint64_t row_seed(const bench_ctx *c, uint32_t r) { return mix64(c->o->seed * 131u + r); }
+static uint64_t row_seed(const bench_ctx *c, uint32_t r)
+{
+    return mix64(c->o->seed * 131u + r);
+}
 
 static int32_t first_token(const bench_ctx *c, uint32_t r)
 {
@@ -365,8 +372,8 @@ static int isolation_check(bench_ctx *c, bench_eng *e, uint32_t b, uint32_t dept
             cs->rows_differ++;
     cs->isolation = cs->rows_differ == 0;
     if (!cs->isolation)
-        memra_log(MEMRA_LOG_WARN, "bench: tier %u depth %u: %u of %u rows differ from tier 1",
-                  b, depth, cs->rows_differ, b);
+        memra_log(MEMRA_LOG_WARN, "bench: tier %u depth %u: %u of %u rows differ from tier 1", b,
+                  depth, cs->rows_differ, b);
     return MEMRA_OK;
 fail:
     return rc;
@@ -456,8 +463,12 @@ static int run_case(bench_ctx *c, bench_eng *eng, uint32_t n_eng, uint32_t ti, u
     const tier_stats *ts = &c->stats[ti];
     const uint32_t b = ts->tier;
     for (uint32_t k = 0; k < n_eng; k++)
-        cs[k] = (memra_bench_case){.tier = b, .depth = depth, .graph = eng[k].be.graphs,
-                                   .ticks = c->o->ticks, .isolation = -1, .launches = ts->launches,
+        cs[k] = (memra_bench_case){.tier = b,
+                                   .depth = depth,
+                                   .graph = eng[k].be.graphs,
+                                   .ticks = c->o->ticks,
+                                   .isolation = -1,
+                                   .launches = ts->launches,
                                    .graph_nodes = bench_be_graph_nodes(&eng[k].be, b)};
     if (check && b > 1 && c->tier1 && c->o->isolation && c->o->synthetic)
         MEMRA_TRY(isolation_check(c, &eng[0], b, depth, &cs[0], err));
@@ -471,8 +482,10 @@ static int run_case(bench_ctx *c, bench_eng *eng, uint32_t n_eng, uint32_t ti, u
         x->gbs = x->median_ms > 0 ? (double)x->bytes / (x->median_ms * 1e-3) / 1e9 : 0;
         x->frac_bw = c->r->copy_gbs > 0 ? x->gbs / c->r->copy_gbs : 0;
     }
-    memra_log(MEMRA_LOG_INFO, "bench: %s B=%u depth=%u: median %.3f ms, %.1f tok/s, %.1f%% of "
-              "copy BW", cs[0].graph ? "graph" : "eager", b, depth, cs[0].median_ms, cs[0].tok_s,
+    memra_log(MEMRA_LOG_INFO,
+              "bench: %s B=%u depth=%u: median %.3f ms, %.1f tok/s, %.1f%% of "
+              "copy BW",
+              cs[0].graph ? "graph" : "eager", b, depth, cs[0].median_ms, cs[0].tok_s,
               100 * cs[0].frac_bw);
     return MEMRA_OK;
 fail:
@@ -485,8 +498,8 @@ fail:
 static int eng_open(bench_ctx *c, bench_eng *e, const char *plan_dir, int graphs, memra_err *err)
 {
     int rc;
-    const bench_be_opts bo = {.n_slots = c->max_tier, .n_ctx = c->r->n_ctx, .graphs = graphs,
-                              .device = c->o->device};
+    const bench_be_opts bo = {
+        .n_slots = c->max_tier, .n_ctx = c->r->n_ctx, .graphs = graphs, .device = c->o->device};
     const double t0 = now_ms();
     MEMRA_TRY(bench_be_open(&e->be, c->o->backend, plan_dir, c->g, &bo, err));
     if (c->r->open_ms == 0) {
@@ -494,8 +507,10 @@ static int eng_open(bench_ctx *c, bench_eng *e, const char *plan_dir, int graphs
         bench_be_device(&e->be, c->r->device, sizeof c->r->device);
     }
     if (c->o->synthetic && !bench_be_can_fill(&e->be)) {
-        rc = MEMRA_FAIL(err, MEMRA_ERR_UNSUPPORTED, "backend %s has no synthetic-history call: "
-                        "run with --prefill decode", bench_be_name(c->o->backend));
+        rc = MEMRA_FAIL(err, MEMRA_ERR_UNSUPPORTED,
+                        "backend %s has no synthetic-history call: "
+                        "run with --prefill decode",
+                        bench_be_name(c->o->backend));
         goto fail;
     }
     for (uint32_t r = 0; r < c->max_tier; r++)
@@ -569,9 +584,12 @@ static int phase_op(bench_ctx *c, bench_eng *base, uint32_t op, int graphs, memr
             if (rc != MEMRA_OK)
                 break;
             memra_bench_phase *ph = &r->phases[r->n_phases++];
-            *ph = (memra_bench_phase){.tier = cs[0].tier, .depth = cs[0].depth, .op = op,
+            *ph = (memra_bench_phase){.tier = cs[0].tier,
+                                      .depth = cs[0].depth,
+                                      .op = op,
                                       .launches = c->stats[ti].op_launches[op],
-                                      .base_ms = cs[0].median_ms, .doubled_ms = cs[1].median_ms};
+                                      .base_ms = cs[0].median_ms,
+                                      .doubled_ms = cs[1].median_ms};
             ph->marginal_ms = ph->doubled_ms - ph->base_ms;
         }
     bench_be_close(&pair[1].be);
@@ -609,18 +627,21 @@ static int check_opts(const memra_bench_opts *o, memra_err *err)
     if (!o->model)
         return MEMRA_FAIL(err, MEMRA_ERR_INVALID_ARG, "no model (-m MODEL)");
     if (!bench_be_available(o->backend))
-        return MEMRA_FAIL(err, MEMRA_ERR_UNSUPPORTED, "backend %s: not in this build (built "
-                          "without CUDA)", bench_be_name(o->backend));
+        return MEMRA_FAIL(err, MEMRA_ERR_UNSUPPORTED,
+                          "backend %s: not in this build (built "
+                          "without CUDA)",
+                          bench_be_name(o->backend));
     if (o->n_tiers == 0 || o->n_tiers > MEMRA_PLAN_MAX_TIERS || o->n_depths == 0 ||
         o->n_depths > MEMRA_BENCH_MAX_DEPTHS || o->ticks == 0 || o->ticks > 1000000 ||
         o->warmup > 1000000 || o->copy_reps == 0)
-        return MEMRA_FAIL(err, MEMRA_ERR_INVALID_ARG, "options: tiers (1..%d of them), depths "
+        return MEMRA_FAIL(err, MEMRA_ERR_INVALID_ARG,
+                          "options: tiers (1..%d of them), depths "
                           "(1..%d), ticks (1..1e6), warmup (<= 1e6) or copy reps out of range",
                           MEMRA_PLAN_MAX_TIERS, MEMRA_BENCH_MAX_DEPTHS);
     for (uint32_t i = 0; i < o->n_tiers; i++)
         if (o->tiers[i] == 0 || o->tiers[i] > MEMRA_PLAN_MAX_B)
-            return MEMRA_FAIL(err, MEMRA_ERR_INVALID_ARG, "tier %u out of range 1..%d",
-                              o->tiers[i], MEMRA_PLAN_MAX_B);
+            return MEMRA_FAIL(err, MEMRA_ERR_INVALID_ARG, "tier %u out of range 1..%d", o->tiers[i],
+                              MEMRA_PLAN_MAX_B);
     for (uint32_t i = 0; i < o->n_depths; i++)
         if (o->depths[i] > (1u << 22))
             return MEMRA_FAIL(err, MEMRA_ERR_INVALID_ARG, "depth %u out of range 0..%u",

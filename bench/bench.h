@@ -39,30 +39,30 @@ typedef enum memra_bench_backend {
 } memra_bench_backend;
 
 typedef struct memra_bench_opts {
-    const char *model;   /* GGUF checkpoint (required) */
-    const char *plans;   /* plan directory (memra-plan); NULL = plan in-process into a
-                            temporary directory with exactly `tiers` (removed afterwards) */
+    const char *model; /* GGUF checkpoint (required) */
+    const char *plans; /* plan directory (memra-plan); NULL = plan in-process into a
+                          temporary directory with exactly `tiers` (removed afterwards) */
     uint32_t n_tiers;
-    uint32_t tiers[MEMRA_PLAN_MAX_TIERS];     /* default 1,2,4,8,16; each a manifest tier */
+    uint32_t tiers[MEMRA_PLAN_MAX_TIERS]; /* default 1,2,4,8,16; each a manifest tier */
     uint32_t n_depths;
-    uint32_t depths[MEMRA_BENCH_MAX_DEPTHS];  /* default 0,1024,8192,32768 */
-    uint32_t ticks;      /* timed ticks per case (default 100) */
-    uint32_t warmup;     /* untimed ticks before them (default 5) */
-    int graphs;          /* 1 (default): CUDA runs graph replay and eager; 0: eager only */
-    int phases;          /* 1: per-op-class marginal cost (see memra_bench_phase) */
-    int isolation;       /* 1 (default): check rows of every B > 1 tick against tier 1 */
-    int synthetic;       /* 1 (default): start each case from a synthetic history at its
-                            depth; 0: reach the depth with real decode ticks (slow at depth;
-                            no isolation check then) */
+    uint32_t depths[MEMRA_BENCH_MAX_DEPTHS]; /* default 0,1024,8192,32768 */
+    uint32_t ticks;                          /* timed ticks per case (default 100) */
+    uint32_t warmup;                         /* untimed ticks before them (default 5) */
+    int graphs;                  /* 1 (default): CUDA runs graph replay and eager; 0: eager only */
+    int phases;                  /* 1: per-op-class marginal cost (see memra_bench_phase) */
+    int isolation;               /* 1 (default): check rows of every B > 1 tick against tier 1 */
+    int synthetic;               /* 1 (default): start each case from a synthetic history at its
+                                    depth; 0: reach the depth with real decode ticks (slow at depth;
+                                    no isolation check then) */
     memra_bench_backend backend; /* default MEMRA_BENCH_CUDA when built with it, else CPU */
-    int device;          /* CUDA device ordinal (default 0) */
-    uint64_t seed;       /* synthetic histories and first tokens (default 1) */
-    uint32_t copy_mib;   /* bytes the copy-bandwidth probe copies, MiB (default 4096 on the
-                            GPU, as tick-ceiling.cu; 256 on the host) */
-    uint32_t copy_reps;  /* timed copies; the best counts (default 20) */
-    const char *json_path; /* also write the JSON lines here (NULL = stdout only) */
-    const char *plot_path; /* SVG to draw with gnuplot (NULL = none); the script is
-                              written next to it as <plot_path>.gp */
+    int device;                  /* CUDA device ordinal (default 0) */
+    uint64_t seed;               /* synthetic histories and first tokens (default 1) */
+    uint32_t copy_mib;           /* bytes the copy-bandwidth probe copies, MiB (default 4096 on the
+                                    GPU, as tick-ceiling.cu; 256 on the host) */
+    uint32_t copy_reps;          /* timed copies; the best counts (default 20) */
+    const char *json_path;       /* also write the JSON lines here (NULL = stdout only) */
+    const char *plot_path;       /* SVG to draw with gnuplot (NULL = none); the script is
+                                    written next to it as <plot_path>.gp */
 } memra_bench_opts;
 
 void memra_bench_opts_init(memra_bench_opts *o);
@@ -72,22 +72,22 @@ int memra_bench_parse_list(const char *s, uint32_t *out, uint32_t cap, uint32_t 
 /* One (tier, depth, mode) measurement. */
 typedef struct memra_bench_case {
     uint32_t tier, depth;
-    int graph;             /* 1: graph replay; 0: eager launches (or the CPU backend) */
+    int graph; /* 1: graph replay; 0: eager launches (or the CPU backend) */
     uint32_t ticks;
     double median_ms, p99_ms, min_ms, mean_ms; /* tick latency */
-    double tok_s;          /* tier / median */
-    double host_us;        /* median host time per tick (opts: see memra_bench_report.host_method) */
+    double tok_s;                              /* tier / median */
+    double host_us; /* median host time per tick (opts: see memra_bench_report.host_method) */
     double host_p99_us;
-    uint64_t weight_bytes; /* streamed per tick (plan stats) */
-    uint64_t kv_bytes;     /* KV read (mean over the timed ticks) + the appended token */
-    uint64_t state_bytes;  /* recurrent state read + written back */
-    uint64_t bytes;        /* their sum */
-    double gbs;            /* bytes / median */
-    double frac_bw;        /* gbs / the measured copy bandwidth */
-    uint32_t launches;     /* kernel launches per tick (plans of all stages) */
-    uint32_t graph_nodes;  /* nodes of the replayed graph; 0 when eager */
-    int isolation;         /* 1: every row bit-identical to tier 1; 0: not; -1: not checked */
-    uint32_t rows_differ;  /* rows whose logits differ from tier 1 */
+    uint64_t weight_bytes;  /* streamed per tick (plan stats) */
+    uint64_t kv_bytes;      /* KV read (mean over the timed ticks) + the appended token */
+    uint64_t state_bytes;   /* recurrent state read + written back */
+    uint64_t bytes;         /* their sum */
+    double gbs;             /* bytes / median */
+    double frac_bw;         /* gbs / the measured copy bandwidth */
+    uint32_t launches;      /* kernel launches per tick (plans of all stages) */
+    uint32_t graph_nodes;   /* nodes of the replayed graph; 0 when eager */
+    int isolation;          /* 1: every row bit-identical to tier 1; 0: not; -1: not checked */
+    uint32_t rows_differ;   /* rows whose logits differ from tier 1 */
     double eager_median_ms; /* graph cases: the eager case's median (0 when not run) */
 } memra_bench_case;
 
@@ -96,11 +96,11 @@ typedef struct memra_bench_case {
  * plan valid, which removing would not), minus the tick as planned. */
 typedef struct memra_bench_phase {
     uint32_t tier, depth;
-    uint32_t op;           /* memra_op_id */
-    uint32_t launches;     /* launches of the class per tick */
-    double base_ms;        /* median of the tick as planned */
-    double doubled_ms;     /* median with the class doubled */
-    double marginal_ms;    /* doubled - base */
+    uint32_t op;        /* memra_op_id */
+    uint32_t launches;  /* launches of the class per tick */
+    double base_ms;     /* median of the tick as planned */
+    double doubled_ms;  /* median with the class doubled */
+    double marginal_ms; /* doubled - base */
 } memra_bench_phase;
 
 /* A PASS/MISS line for one of the targets, when the configuration covers it. */
@@ -111,15 +111,15 @@ typedef struct memra_bench_target {
 } memra_bench_target;
 
 typedef struct memra_bench_report {
-    memra_bench_opts opts;  /* effective (defaults filled in) */
-    char plans_dir[512];    /* the one used (a removed temporary one when generated) */
+    memra_bench_opts opts; /* effective (defaults filled in) */
+    char plans_dir[512];   /* the one used (a removed temporary one when generated) */
     int plans_generated;
-    char backend[16];       /* "cpu" | "cuda" */
+    char backend[16]; /* "cpu" | "cuda" */
     char device[160];
-    char model_name[128];   /* general.name, or the file name */
+    char model_name[128]; /* general.name, or the file name */
     char arch[32];
-    char file_type[32];     /* general.file_type as llama.cpp names it */
-    char preset[32];        /* memra.forge.preset of forged files, else "" */
+    char file_type[32]; /* general.file_type as llama.cpp names it */
+    char preset[32];    /* memra.forge.preset of forged files, else "" */
     uint64_t file_bytes, tensor_bytes, n_params;
     uint32_t n_layer, n_embd, n_vocab, n_stages;
     char kv_dtype[8];
@@ -128,7 +128,7 @@ typedef struct memra_bench_report {
     char copy_method[64];
     char host_method[128];
     char fill_method[64];
-    double open_ms;         /* backend open (first mode) */
+    double open_ms; /* backend open (first mode) */
     uint32_t n_cases;
     memra_bench_case cases[2 * MEMRA_BENCH_MAX_CASES]; /* graph cases first, then eager */
     uint32_t n_phases;

@@ -38,8 +38,8 @@ const char *bench_be_host_method(memra_bench_backend kind)
                : "thread CPU time of the step (the CPU backend's whole tick is host work)";
 }
 
-int bench_be_open(bench_be *b, memra_bench_backend kind, const char *plan_dir,
-                  const memra_gguf *g, const bench_be_opts *o, memra_err *err)
+int bench_be_open(bench_be *b, memra_bench_backend kind, const char *plan_dir, const memra_gguf *g,
+                  const bench_be_opts *o, memra_err *err)
 {
     int rc;
     memset(b, 0, sizeof *b);
@@ -68,7 +68,8 @@ int bench_be_open(bench_be *b, memra_bench_backend kind, const char *plan_dir,
     }
     return rc;
 #else
-    return MEMRA_FAIL(err, MEMRA_ERR_UNSUPPORTED, "backend cuda: this memra-bench was built "
+    return MEMRA_FAIL(err, MEMRA_ERR_UNSUPPORTED,
+                      "backend cuda: this memra-bench was built "
                       "without CUDA (no nvcc or no CUDA backend at configure time)");
 #endif
 }
@@ -123,7 +124,8 @@ int bench_be_fill(bench_be *b, uint32_t session, uint32_t pos, uint64_t seed, me
 {
 #ifdef MEMRA_BENCH_WITH_CUDA
     if (b->cuda)
-        return MEMRA_FAIL(err, MEMRA_ERR_UNSUPPORTED, "the CUDA backend has no synthetic-history "
+        return MEMRA_FAIL(err, MEMRA_ERR_UNSUPPORTED,
+                          "the CUDA backend has no synthetic-history "
                           "call (memra_cuda_session_fill_synthetic) yet");
 #endif
     return memra_cpu_session_fill_synthetic(b->cpu, session, pos, seed, err);
@@ -136,8 +138,11 @@ int bench_be_step(bench_be *b, uint32_t n_rows, const uint32_t *sessions, const 
     double w0, c0, w1, c1;
 #ifdef MEMRA_BENCH_WITH_CUDA
     if (b->cuda) {
-        const memra_cuda_step st = {.n_rows = n_rows, .sessions = sessions, .tokens = tokens,
-                                    .tier = tier, .out_tokens = out};
+        const memra_cuda_step st = {.n_rows = n_rows,
+                                    .sessions = sessions,
+                                    .tokens = tokens,
+                                    .tier = tier,
+                                    .out_tokens = out};
         c0 = clock_ms(CLOCK_THREAD_CPUTIME_ID);
         rc = memra_cuda_backend_step(b->cuda, &st, err);
         c1 = clock_ms(CLOCK_THREAD_CPUTIME_ID);
@@ -149,8 +154,8 @@ int bench_be_step(bench_be *b, uint32_t n_rows, const uint32_t *sessions, const 
         return rc;
     }
 #endif
-    const memra_cpu_step st = {.n_rows = n_rows, .sessions = sessions, .tokens = tokens,
-                               .tier = tier, .out_tokens = out};
+    const memra_cpu_step st = {
+        .n_rows = n_rows, .sessions = sessions, .tokens = tokens, .tier = tier, .out_tokens = out};
     w0 = clock_ms(CLOCK_MONOTONIC);
     c0 = clock_ms(CLOCK_THREAD_CPUTIME_ID);
     rc = memra_cpu_backend_step(b->cpu, &st, err);
@@ -172,8 +177,10 @@ int bench_be_logits(bench_be *b, uint32_t row, uint32_t n_rows, float *dst, memr
     for (uint32_t r = 0; r < n_rows; r++) {
         const float *l = memra_cpu_backend_logits(b->cpu, row + r);
         if (!l)
-            return MEMRA_FAIL(err, MEMRA_ERR_INVALID_ARG, "logits: row %u is not a row of the "
-                              "last step", row + r);
+            return MEMRA_FAIL(err, MEMRA_ERR_INVALID_ARG,
+                              "logits: row %u is not a row of the "
+                              "last step",
+                              row + r);
         memcpy(dst + (size_t)r * b->n_vocab, l, sizeof(float) * b->n_vocab);
     }
     return MEMRA_OK;
@@ -229,14 +236,16 @@ int bench_be_copy_bw(memra_bench_backend kind, int device, uint64_t bytes, uint3
                      memra_err *err)
 {
     if (kind == MEMRA_BENCH_CPU) {
-        snprintf(method, method_n, "host memcpy, %.0f MiB, best of %u", (double)bytes / 1048576.0, reps);
+        snprintf(method, method_n, "host memcpy, %.0f MiB, best of %u", (double)bytes / 1048576.0,
+                 reps);
         return memra_bench_copy_bw_host(bytes, reps, best_gbs, median_gbs, err);
     }
 #ifdef MEMRA_BENCH_WITH_CUDA
     char name[128];
     snprintf(method, method_n, "device copy, 16-byte loads, %.0f MiB, best of %u",
              (double)bytes / 1048576.0, reps);
-    return memra_bench_copy_bw_cuda(device, bytes, reps, best_gbs, median_gbs, name, sizeof name, err);
+    return memra_bench_copy_bw_cuda(device, bytes, reps, best_gbs, median_gbs, name, sizeof name,
+                                    err);
 #else
     (void)device;
     return MEMRA_FAIL(err, MEMRA_ERR_UNSUPPORTED, "backend cuda: not in this build");

@@ -44,7 +44,7 @@ typedef struct bench_be {
 #ifdef MEMRA_BENCH_WITH_CUDA
     memra_cuda_backend *cuda;
 #endif
-    int graphs;       /* effective: 1 only for CUDA with graphs */
+    int graphs; /* effective: 1 only for CUDA with graphs */
     uint32_t n_vocab;
 } bench_be;
 
@@ -55,8 +55,8 @@ typedef struct bench_tick {
 
 /* Whether this build can run `kind`. */
 int bench_be_available(memra_bench_backend kind);
-int bench_be_open(bench_be *b, memra_bench_backend kind, const char *plan_dir,
-                  const memra_gguf *g, const bench_be_opts *o, memra_err *err);
+int bench_be_open(bench_be *b, memra_bench_backend kind, const char *plan_dir, const memra_gguf *g,
+                  const bench_be_opts *o, memra_err *err);
 void bench_be_close(bench_be *b); /* a zeroed or closed one is a no-op */
 
 int bench_be_admit(bench_be *b, uint32_t *session, memra_err *err);

@@ -23,13 +23,12 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: memra-bench -m MODEL [--plans DIR] [--tiers 1,2,4,8,16]\n"
-            "                   [--depths 0,1024,8192,32768] [--ticks N] [--warmup N]\n"
-            "                   [--no-graph] [--phases] [--json FILE] [--plot FILE.svg]\n"
-            "                   [--backend cuda|cpu] [--device N] [--seed N]\n"
-            "                   [--prefill synthetic|decode] [--no-isolation]\n"
-            "                   [--copy-mib N] [--copy-reps N] [-q]\n");
+    fprintf(f, "usage: memra-bench -m MODEL [--plans DIR] [--tiers 1,2,4,8,16]\n"
+               "                   [--depths 0,1024,8192,32768] [--ticks N] [--warmup N]\n"
+               "                   [--no-graph] [--phases] [--json FILE] [--plot FILE.svg]\n"
+               "                   [--backend cuda|cpu] [--device N] [--seed N]\n"
+               "                   [--prefill synthetic|decode] [--no-isolation]\n"
+               "                   [--copy-mib N] [--copy-reps N] [-q]\n");
 }
 
 static int parse_u32(const char *s, uint32_t max, uint32_t *out)
@@ -66,11 +65,11 @@ static int parse_opt(const char *a, const char *v, memra_bench_opts *o)
         o->model = v;
     else if (!strcmp(a, "--plans"))
         o->plans = v;
-    else if (!strcmp(a, "--tiers") && (n = memra_bench_parse_list(v, o->tiers, MEMRA_PLAN_MAX_TIERS,
-                                                                   MEMRA_PLAN_MAX_B)) > 0)
+    else if (!strcmp(a, "--tiers") &&
+             (n = memra_bench_parse_list(v, o->tiers, MEMRA_PLAN_MAX_TIERS, MEMRA_PLAN_MAX_B)) > 0)
         o->n_tiers = (uint32_t)n;
-    else if (!strcmp(a, "--depths") && (n = memra_bench_parse_list(v, o->depths,
-                                                                    MEMRA_BENCH_MAX_DEPTHS, 1u << 22)) > 0)
+    else if (!strcmp(a, "--depths") &&
+             (n = memra_bench_parse_list(v, o->depths, MEMRA_BENCH_MAX_DEPTHS, 1u << 22)) > 0)
         o->n_depths = (uint32_t)n;
     else if (!strcmp(a, "--ticks") && !parse_u32(v, 1000000, &o->ticks) && o->ticks)
         ;
@@ -122,8 +121,11 @@ static int parse_args(int argc, char **argv, memra_bench_opts *o, int *quiet)
 static void on_log(int level, const char *msg, void *user)
 {
     (void)user;
-    fprintf(stderr, "memra-bench: %s%s\n", level == MEMRA_LOG_ERROR ? "error: " :
-            level == MEMRA_LOG_WARN ? "warning: " : "", msg);
+    fprintf(stderr, "memra-bench: %s%s\n",
+            level == MEMRA_LOG_ERROR  ? "error: "
+            : level == MEMRA_LOG_WARN ? "warning: "
+                                      : "",
+            msg);
 }
 
 /* Header, table, JSON lines (stdout and --json), targets, plot. */

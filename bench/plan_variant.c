@@ -80,7 +80,8 @@ int memra_bench_plans_double_op(const char *src, const char *dst, uint32_t op, m
         const char *file = json_string_value(json_object_get(e, "file"));
         size_t n = 0;
         if (!file || strchr(file, '/')) {
-            rc = MEMRA_FAIL(err, MEMRA_ERR_FORMAT, "%s: plans[%zu] has no plain file name", man_path, i);
+            rc = MEMRA_FAIL(err, MEMRA_ERR_FORMAT, "%s: plans[%zu] has no plain file name",
+                            man_path, i);
             goto fail;
         }
         snprintf(path, sizeof path, "%s/%s", src, file);

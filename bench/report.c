@@ -38,25 +38,29 @@ void memra_bench_print_header(const memra_bench_report *r, FILE *f)
     list_str(o->tiers, o->n_tiers, tiers, sizeof tiers);
     list_str(o->depths, o->n_depths, depths, sizeof depths);
     fprintf(f, "memra-bench\n");
-    fprintf(f, "  model     %s: \"%s\", %s, %u layers, n_embd %u, n_vocab %u, %s, %.3g %s "
-               "file, %.3g params%s%s\n", o->model, r->model_name, r->arch, r->n_layer, r->n_embd,
-            r->n_vocab, r->file_type, r->file_bytes >= 1e9 ? r->file_bytes / 1e9 : r->file_bytes / 1e6,
+    fprintf(f,
+            "  model     %s: \"%s\", %s, %u layers, n_embd %u, n_vocab %u, %s, %.3g %s "
+            "file, %.3g params%s%s\n",
+            o->model, r->model_name, r->arch, r->n_layer, r->n_embd, r->n_vocab, r->file_type,
+            r->file_bytes >= 1e9 ? r->file_bytes / 1e9 : r->file_bytes / 1e6,
             r->file_bytes >= 1e9 ? "GB" : "MB", (double)r->n_params,
             r->preset[0] ? ", forge preset " : "", r->preset);
     fprintf(f, "  plans     %s%s, %u stage(s), KV %s\n", r->plans_dir,
-            r->plans_generated ? " (planned in-process, removed after the run)" : "",
-            r->n_stages, r->kv_dtype);
+            r->plans_generated ? " (planned in-process, removed after the run)" : "", r->n_stages,
+            r->kv_dtype);
     fprintf(f, "  backend   %s on %s\n", r->backend, r->device);
-    fprintf(f, "  options   --tiers %s --depths %s --ticks %u --warmup %u%s%s --seed %llu "
-               "--prefill %s%s --copy-mib %u --copy-reps %u\n", tiers, depths, o->ticks,
-            o->warmup, o->graphs ? "" : " --no-graph", o->phases ? " --phases" : "",
-            (unsigned long long)o->seed, o->synthetic ? "synthetic" : "decode",
-            o->isolation ? "" : " --no-isolation", o->copy_mib, o->copy_reps);
+    fprintf(f,
+            "  options   --tiers %s --depths %s --ticks %u --warmup %u%s%s --seed %llu "
+            "--prefill %s%s --copy-mib %u --copy-reps %u\n",
+            tiers, depths, o->ticks, o->warmup, o->graphs ? "" : " --no-graph",
+            o->phases ? " --phases" : "", (unsigned long long)o->seed,
+            o->synthetic ? "synthetic" : "decode", o->isolation ? "" : " --no-isolation",
+            o->copy_mib, o->copy_reps);
     fprintf(f, "  engine    n_ctx %u, %u slots, opened in %.0f ms%s\n", r->n_ctx, r->n_slots,
-            r->open_ms, o->backend == MEMRA_BENCH_CUDA && o->graphs ?
-            " (graph pass, then an eager pass)" : "");
-    fprintf(f, "  copy BW   %.1f GB/s best, %.1f median (%s; bytes read + written)\n",
-            r->copy_gbs, r->copy_median_gbs, r->copy_method);
+            r->open_ms,
+            o->backend == MEMRA_BENCH_CUDA && o->graphs ? " (graph pass, then an eager pass)" : "");
+    fprintf(f, "  copy BW   %.1f GB/s best, %.1f median (%s; bytes read + written)\n", r->copy_gbs,
+            r->copy_median_gbs, r->copy_method);
     fprintf(f, "  host time %s\n", r->host_method);
     fprintf(f, "  contexts  %s\n", r->fill_method);
 }
@@ -83,12 +87,13 @@ static int cmp_marginal(const void *a, const void *b)
 /* Per case, the op classes ranked by marginal cost, and how much of the tick they explain. */
 static void print_phases(const memra_bench_report *r, FILE *f)
 {
-    fprintf(f, "\nphases (%s): marginal cost of an op class = median tick with each of its "
-               "launches issued twice - median tick as planned,\nmeasured as interleaved pairs "
-               "(a ranking, not a partition of wall time)\n",
+    fprintf(f,
+            "\nphases (%s): marginal cost of an op class = median tick with each of its "
+            "launches issued twice - median tick as planned,\nmeasured as interleaved pairs "
+            "(a ranking, not a partition of wall time)\n",
             r->opts.backend == MEMRA_BENCH_CUDA && r->opts.graphs ? "graph replay" : "eager");
-    fprintf(f, "%4s %6s %-12s %8s %10s %10s %10s %7s\n", "B", "depth", "op", "launches",
-            "base_ms", "doubled_ms", "marginal", "share");
+    fprintf(f, "%4s %6s %-12s %8s %10s %10s %10s %7s\n", "B", "depth", "op", "launches", "base_ms",
+            "doubled_ms", "marginal", "share");
     const memra_bench_phase *list[MEMRA_OP_COUNT];
     for (uint32_t i = 0; i < r->n_phases; i++) {
         const memra_bench_phase *p0 = &r->phases[i];
@@ -110,25 +115,25 @@ static void print_phases(const memra_bench_report *r, FILE *f)
             sum += p->marginal_ms;
             base += p->base_ms / n;
         }
-        fprintf(f, "%4u %6u %-12s %8s %10.3f %10s %10.3f %6.1f%%\n", p0->tier, p0->depth,
-                "(sum)", "", base, "", sum, base > 0 ? 100 * sum / base : 0);
+        fprintf(f, "%4u %6u %-12s %8s %10.3f %10s %10.3f %6.1f%%\n", p0->tier, p0->depth, "(sum)",
+                "", base, "", sum, base > 0 ? 100 * sum / base : 0);
     }
 }
 
 void memra_bench_print_table(const memra_bench_report *r, FILE *f)
 {
     fprintf(f, "\n%4s %6s %-5s %9s %9s %10s %8s %9s %8s %6s %6s %6s %-7s %7s\n", "B", "depth",
-            "mode", "median_ms", "p99_ms", "tok/s", "host_us", "MB/tick", "GB/s", "%BW",
-            "launch", "nodes", "rows=t1", "graph_x");
+            "mode", "median_ms", "p99_ms", "tok/s", "host_us", "MB/tick", "GB/s", "%BW", "launch",
+            "nodes", "rows=t1", "graph_x");
     for (uint32_t i = 0; i < r->n_cases; i++) {
         const memra_bench_case *c = &r->cases[i];
         char iso[32], gx[16] = "-";
         if (c->graph && c->eager_median_ms > 0)
             snprintf(gx, sizeof gx, "%.2f", c->eager_median_ms / c->median_ms);
         fprintf(f, "%4u %6u %-5s %9.3f %9.3f %10.1f %8.1f %9.1f %8.1f %5.1f%% %6u %6u %-7s %7s\n",
-                c->tier, c->depth, c->graph ? "graph" : "eager", c->median_ms, c->p99_ms,
-                c->tok_s, c->host_us, c->bytes / 1e6, c->gbs, 100 * c->frac_bw, c->launches,
-                c->graph_nodes, iso_str(c, iso, sizeof iso), gx);
+                c->tier, c->depth, c->graph ? "graph" : "eager", c->median_ms, c->p99_ms, c->tok_s,
+                c->host_us, c->bytes / 1e6, c->gbs, 100 * c->frac_bw, c->launches, c->graph_nodes,
+                iso_str(c, iso, sizeof iso), gx);
     }
     if (r->n_phases)
         print_phases(r, f);
@@ -209,12 +214,15 @@ static json_t *case_json(const memra_bench_report *r, const memra_bench_case *c)
     json_object_set_new(j, "frac_bw", json_real(c->frac_bw));
     json_object_set_new(j, "launches", json_integer(c->launches));
     json_object_set_new(j, "graph_nodes", json_integer(c->graph_nodes));
-    json_object_set_new(j, "isolation", c->isolation < 0 ? json_null() : json_boolean(c->isolation));
+    json_object_set_new(j, "isolation",
+                        c->isolation < 0 ? json_null() : json_boolean(c->isolation));
     json_object_set_new(j, "rows_differ", json_integer(c->rows_differ));
-    json_object_set_new(j, "eager_median_ms", c->eager_median_ms > 0 ? json_real(c->eager_median_ms)
-                                                                      : json_null());
-    json_object_set_new(j, "graph_speedup", c->graph && c->eager_median_ms > 0 ?
-                        json_real(c->eager_median_ms / c->median_ms) : json_null());
+    json_object_set_new(j, "eager_median_ms",
+                        c->eager_median_ms > 0 ? json_real(c->eager_median_ms) : json_null());
+    json_object_set_new(j, "graph_speedup",
+                        c->graph && c->eager_median_ms > 0
+                            ? json_real(c->eager_median_ms / c->median_ms)
+                            : json_null());
     return j;
 }
 
@@ -294,7 +302,8 @@ static void add_target(memra_bench_report *r, const char *name, int pass, const 
 
 void memra_bench_eval_targets(memra_bench_report *r)
 {
-    const memra_bench_case *b1 = find_case(r, 1, TARGET_DEPTH), *b16 = find_case(r, 16, TARGET_DEPTH);
+    const memra_bench_case *b1 = find_case(r, 1, TARGET_DEPTH),
+                           *b16 = find_case(r, 16, TARGET_DEPTH);
     r->n_targets = 0;
     if (b1)
         add_target(r, "B=1 bandwidth >= 70% of copy BW", b1->frac_bw >= 0.70,
@@ -303,11 +312,15 @@ void memra_bench_eval_targets(memra_bench_report *r)
         const double x = b1->tok_s > 0 ? b16->tok_s / b1->tok_s : 0;
         const char *name = "B=16 tok/s >= 10x B=1, rows bit-identical to tier 1";
         if (b16->isolation < 0)
-            add_target(r, name, 0, "%.2fx B=1 (target 10x); rows NOT compared with tier 1 "
-                       "(needs synthetic histories)", x);
+            add_target(r, name, 0,
+                       "%.2fx B=1 (target 10x); rows NOT compared with tier 1 "
+                       "(needs synthetic histories)",
+                       x);
         else
-            add_target(r, name, x >= 10.0 && b16->isolation == 1, "%.2fx B=1 (target 10x); "
-                       "%u of 16 rows differ from tier 1", x, b16->rows_differ);
+            add_target(r, name, x >= 10.0 && b16->isolation == 1,
+                       "%.2fx B=1 (target 10x); "
+                       "%u of 16 rows differ from tier 1",
+                       x, b16->rows_differ);
     }
     double worst = -1;
     for (uint32_t i = 0; i < r->n_cases; i++) /* the primary mode: graph replay when it ran */
@@ -384,14 +397,25 @@ static int write_script(const memra_bench_report *r, const char *svg, const char
              r->device, r->n_cases && r->cases[0].graph ? "graph replay" : "eager");
     list_str(r->opts.tiers, r->opts.n_tiers, xt, sizeof xt);
     fprintf(f, "# memra-bench plot: run `gnuplot THIS_FILE` (svg terminal, no display needed)\n");
-    fprintf(f, "set terminal svg size 1200,480 dynamic enhanced font 'sans,11' background rgb 'white'\n");
+    fprintf(
+        f,
+        "set terminal svg size 1200,480 dynamic enhanced font 'sans,11' background rgb 'white'\n");
     fprintf(f, "set output ");
     gp_str(f, svg);
     fprintf(f, "\nset multiplot layout 1,2 title ");
     gp_str(f, title);
     fprintf(f, " noenhanced\n");
     gp_data(r, f);
-    fprintf(f, "set logscale x 2\nset xtics (%s)\nset grid\nset key top left\n", xt);
+    uint32_t lo = r->opts.tiers[0], hi = r->opts.tiers[0];
+    for (uint32_t i = 1; i < r->opts.n_tiers; i++) {
+        lo = r->opts.tiers[i] < lo ? r->opts.tiers[i] : lo;
+        hi = r->opts.tiers[i] > hi ? r->opts.tiers[i] : hi;
+    }
+    /* a margin on both ends, so the end tiers get their tics and points */
+    fprintf(f,
+            "set logscale x 2\nset xrange [%g:%g]\nset xtics (%s)\nset grid\n"
+            "set key top left\n",
+            lo / 1.25, hi * 1.25, xt);
     fprintf(f, "set xlabel 'batch tier B'\nset ylabel 'tokens/s (all rows)'\nset yrange [0:*]\n");
     gp_plot(r, f, 2);
     fprintf(f, "set ylabel 'fraction of copy bandwidth (%.0f GB/s)'\nset yrange [0:1.05]\n",

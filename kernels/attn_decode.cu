@@ -98,8 +98,11 @@ template <bool A8> struct kv8<MEMRA_QT_F16, A8> {
 };
 
 /* q8_0: dims d0..d0+7 lie in block d0 / 32 (34 bytes: fp16 d, 32 int8); value = q * d as
- * quant.c deq_q8_0. The 8 codes start at an even offset o: with 8-byte aligned entries two
- * aligned 8-byte loads and a funnel shift fetch them, else four 2-byte loads. */
+ * quant.c deq_q8_0. The 8 codes start at an even offset o = 34k + 2 + (d0 % 32): with 8-byte
+ * aligned entries one or two aligned 8-byte loads and a funnel shift fetch them (the second
+ * word, needed when o % 8 != 0, ends <= 6 bytes into block k + 1; the last block of an
+ * entry has o % 8 == 0 since o = 2k + 2 (mod 8) and k + 1 = head_dim / 32 is a multiple of 4,
+ * so no load leaves the entry), else four 2-byte loads. */
 template <bool A8> struct kv8<MEMRA_QT_Q8_0, A8> {
     u32 lo, hi, d;
     __device__ __forceinline__ void load(const u8 *entry, int d0)
@@ -108,9 +111,9 @@ template <bool A8> struct kv8<MEMRA_QT_Q8_0, A8> {
         d = __ldg((const u16 *)(entry + 34 * (d0 / 32)));
         if (A8) {
             const u64 *w = (const u64 *)(entry + (o & ~7));
-            const u64 w0 = __ldg(w), w1 = __ldg(w + 1);
             const int sh = 8 * (o & 7);
-            const u64 r = sh ? (w0 >> sh) | (w1 << (64 - sh)) : w0;
+            const u64 w0 = __ldg(w);
+            const u64 r = sh ? (w0 >> sh) | (__ldg(w + 1) << (64 - sh)) : w0;
             lo = (u32)r;
             hi = (u32)(r >> 32);
         } else {
@@ -146,9 +149,6 @@ template <int DH, int HG> struct split_cfg {
     static constexpr int KPW = 32 / LPK;                /* keys per warp step */
     static constexpr int NE = 8 * VPL;                  /* dims per lane */
     static constexpr int U = HG >= 8 ? 2 : 4;           /* warp steps per batch */
-    /* the next batch's loads are issued before the current batch is computed (registers
-     * allow it up to HG = 4 at head_dim <= 256) */
-    static constexpr bool PREFETCH = HG <= 4 && DH <= 256;
 };
 
 /* Loads (masked: keys >= t1 are zero and not read) the batch of keys starting at base. */
@@ -271,32 +271,11 @@ __device__ __forceinline__ void split_scan(const memra_attn_decode_args &a, cons
 {
     using C = split_cfg<DH, HG>;
     const int warp = threadIdx.x >> 5, step = kWarps * C::KPW * C::U;
-    kv8<KV, A8> kr[C::U][C::VPL], vr[C::U][C::VPL];
-    bool ok[C::U];
-    int base = t0 + warp * C::KPW * C::U;
-    if (!C::PREFETCH) {
-        for (; base < t1; base += step) {
-            load_batch<DH, HG, KV, A8>(kb, vb, tstride, base, t1, kr, vr, ok);
-            batch_update<DH, HG, KV, A8>(a, kr, vr, ok, q, m, l, o);
-        }
-        return;
-    }
-    if (base < t1)
-        load_batch<DH, HG, KV, A8>(kb, vb, tstride, base, t1, kr, vr, ok);
-    for (; base < t1; base += step) {
-        kv8<KV, A8> nk[C::U][C::VPL], nv[C::U][C::VPL];
-        bool nok[C::U];
-        load_batch<DH, HG, KV, A8>(kb, vb, tstride, base + step, t1, nk, nv, nok); /* in flight */
+    for (int base = t0 + warp * C::KPW * C::U; base < t1; base += step) {
+        kv8<KV, A8> kr[C::U][C::VPL], vr[C::U][C::VPL];
+        bool ok[C::U];
+        load_batch<DH, HG, KV, A8>(kb, vb, tstride, base, t1, kr, vr, ok); /* all U batches in flight */
         batch_update<DH, HG, KV, A8>(a, kr, vr, ok, q, m, l, o);
-#pragma unroll
-        for (int u = 0; u < C::U; u++) {
-            ok[u] = nok[u];
-#pragma unroll
-            for (int v = 0; v < C::VPL; v++) {
-                kr[u][v] = nk[u][v];
-                vr[u][v] = nv[u][v];
-            }
-        }
     }
 }
 

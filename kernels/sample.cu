@@ -2,7 +2,7 @@
  * sample.cu — CUDA sample (rule: kernels/sample.h): greedy argmax, or temperature + top-k +
  * top-p with the Philox draw of runtime/rng.h keyed by the row's (seed, step).
  *
- * One thread-block cluster of 8 CTAs (1024 threads each) per row; CTA c owns the slice
+ * One thread-block cluster of 8 CTAs (512 threads each) per row; CTA c owns the slice
  * [c S, (c + 1) S) of the vocabulary, S = ceil(n_vocab / 8), held in shared memory when
  * n_vocab <= MEMRA_SAMPLE_SMEM_VOCAB (otherwise logits are re-read from global memory and p
  * lives in scratch). Cluster-wide values are exchanged through distributed shared memory:
@@ -19,8 +19,9 @@
  *  5. draw: first i in K (increasing id) whose running mass exceeds u * mass(K).
  * Masses are exact integers: p * 2^100 truncated to a 128-bit fixed-point value (p <= 1, at
  * most 2^24 terms, so no overflow; terms below 2^-77 vanish, < 2^-53 of Z in total), summed
- * with shared-memory 64-bit integer atomics (carry propagated), which are associative: the
- * sums are exact and independent of thread order. The reference sums in f64, so the two can
+ * with shared-memory 64-bit integer atomics (carry propagated; lanes of a warp with equal
+ * bins aggregated first), which are associative: the sums are exact and independent of
+ * thread order. Radix walks over the 256 bins are done by one warp (lane suffix sums). The reference sums in f64, so the two can
  * choose differently only when a boundary mass comparison is within f64 rounding (and where
  * expf differs by an ulp); the draw target u * mass(K) is computed exactly from the draw's
  * 24 bits.
@@ -36,7 +37,7 @@ namespace cg = cooperative_groups;
 
 namespace {
 
-constexpr int kCluster = 8, kThreads = 1024, kWarps = kThreads / 32;
+constexpr int kCluster = 8, kThreads = 512, kWarps = kThreads / 32; /* 512: 128 registers a thread */
 typedef unsigned __int128 u128;
 
 struct sample_geom {

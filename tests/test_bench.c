@@ -130,7 +130,8 @@ static uint64_t kv_per_token(const memra_forge_shape *s)
 static uint64_t state_per_row(const memra_forge_shape *s)
 {
     const uint64_t n_gdn = s->n_layer - s->n_layer / s->full_attn_interval;
-    const uint64_t ch = 2ull * s->ssm_n_group * s->ssm_d_state + (uint64_t)s->ssm_dt_rank * s->ssm_d_state;
+    const uint64_t ch =
+        2ull * s->ssm_n_group * s->ssm_d_state + (uint64_t)s->ssm_dt_rank * s->ssm_d_state;
     const uint64_t conv = (s->ssm_d_conv - 1) * ch * 4;
     const uint64_t ssm = (uint64_t)s->ssm_d_state * s->ssm_d_state * s->ssm_dt_rank * 4;
     return n_gdn * (conv + ssm);
@@ -144,7 +145,8 @@ static uint64_t weight_bytes(uint32_t b)
     uint64_t sum = 0;
     for (int64_t i = 0; i < memra_gguf_n_tensors(g); i++) {
         const memra_gguf_tensor *t = memra_gguf_tensor_at(g, i);
-        sum += strcmp(t->name, "token_embd.weight") ? t->nbytes : t->nbytes / (uint64_t)t->ne[1] * b;
+        sum +=
+            strcmp(t->name, "token_embd.weight") ? t->nbytes : t->nbytes / (uint64_t)t->ne[1] * b;
     }
     memra_gguf_close(g);
     return sum;
@@ -161,17 +163,18 @@ static double num(json_t *o, const char *key)
 
 static void check_config(json_t *j, const memra_bench_report *r)
 {
-    static const char *const keys[] = {"model", "model_name", "arch", "file_type", "plans",
-                                       "backend", "device", "tiers", "depths", "ticks", "warmup",
-                                       "graphs", "phases", "prefill", "seed", "n_ctx", "n_slots",
-                                       "copy_gbs", "copy_method", "host_method", NULL};
+    static const char *const keys[] = {
+        "model", "model_name", "arch",    "file_type", "plans",       "backend",     "device",
+        "tiers", "depths",     "ticks",   "warmup",    "graphs",      "phases",      "prefill",
+        "seed",  "n_ctx",      "n_slots", "copy_gbs",  "copy_method", "host_method", NULL};
     for (int i = 0; keys[i]; i++)
         ck_assert_msg(json_object_get(j, keys[i]) != NULL, "config: no %s", keys[i]);
     ck_assert_str_eq(json_string_value(json_object_get(j, "backend")), "cpu");
     ck_assert_str_eq(json_string_value(json_object_get(j, "arch")), "qwen35");
     ck_assert_str_eq(json_string_value(json_object_get(j, "model")), g_model);
     /* 1e-8: 9 significant digits in the JSON */
-    ck_assert(num(j, "copy_gbs") > 0 && fabs(num(j, "copy_gbs") - r->copy_gbs) <= 1e-8 * r->copy_gbs);
+    ck_assert(num(j, "copy_gbs") > 0 &&
+              fabs(num(j, "copy_gbs") - r->copy_gbs) <= 1e-8 * r->copy_gbs);
     ck_assert_int_eq(json_array_size(json_object_get(j, "tiers")), r->opts.n_tiers);
 }
 
@@ -179,9 +182,9 @@ static void check_config(json_t *j, const memra_bench_report *r)
 static void check_case(json_t *j, double copy_gbs, uint32_t ticks, uint32_t warmup)
 {
     static const char *const keys[] = {
-        "tier", "depth", "ticks", "median_ms", "p99_ms", "min_ms", "mean_ms", "tok_s", "host_us",
-        "host_p99_us", "weight_bytes", "kv_bytes", "state_bytes", "bytes", "gbs", "frac_bw",
-        "launches", "graph_nodes", "rows_differ", NULL};
+        "tier",  "depth",   "ticks",       "median_ms",    "p99_ms",      "min_ms",      "mean_ms",
+        "tok_s", "host_us", "host_p99_us", "weight_bytes", "kv_bytes",    "state_bytes", "bytes",
+        "gbs",   "frac_bw", "launches",    "graph_nodes",  "rows_differ", NULL};
     for (int i = 0; keys[i]; i++)
         num(j, keys[i]);
     const memra_forge_shape *s = memra_forge_preset("tiny");
@@ -201,7 +204,8 @@ static void check_case(json_t *j, double copy_gbs, uint32_t ticks, uint32_t warm
     ck_assert_uint_eq((uint64_t)num(j, "state_bytes"), 2 * state_per_row(s) * b);
     ck_assert_uint_eq((uint64_t)num(j, "weight_bytes"), weight_bytes(b));
     ck_assert_uint_eq((uint64_t)num(j, "bytes"), (uint64_t)num(j, "weight_bytes") +
-                      (uint64_t)num(j, "kv_bytes") + (uint64_t)num(j, "state_bytes"));
+                                                     (uint64_t)num(j, "kv_bytes") +
+                                                     (uint64_t)num(j, "state_bytes"));
     const double gbs = num(j, "bytes") / (med * 1e-3) / 1e9;
     ck_assert(fabs(num(j, "gbs") - gbs) <= 1e-6 * gbs);
     ck_assert(fabs(num(j, "frac_bw") - gbs / copy_gbs) <= 1e-6 * gbs / copy_gbs);
@@ -344,7 +348,8 @@ static void cpu_open(cpu_run *c)
     memra_err_clear(&err);
     ck_assert_int_eq(memra_gguf_open(g_model, &c->g, &err), MEMRA_OK);
     memra_cpu_opts o = {.n_slots = 3, .n_ctx = 256};
-    ck_assert_msg(memra_cpu_backend_open(g_plans, c->g, &o, &c->be, &err) == MEMRA_OK, "%s", err.msg);
+    ck_assert_msg(memra_cpu_backend_open(g_plans, c->g, &o, &c->be, &err) == MEMRA_OK, "%s",
+                  err.msg);
     c->v = memra_cpu_backend_n_vocab(c->be);
 }
 
@@ -400,7 +405,8 @@ START_TEST(test_bench_fill_synthetic)
     tick(&c, &s[2], 1, b); /* s[2]: admitted, never stepped */
     ck_assert(memcmp(a, b, sizeof(float) * c.v) == 0);
     /* refused without effect */
-    ck_assert_int_eq(memra_cpu_session_fill_synthetic(c.be, s[0], 256, 1, &err), MEMRA_ERR_INVALID_ARG);
+    ck_assert_int_eq(memra_cpu_session_fill_synthetic(c.be, s[0], 256, 1, &err),
+                     MEMRA_ERR_INVALID_ARG);
     ck_assert_ptr_nonnull(strstr(err.msg, "n_ctx"));
     ck_assert_int_eq(memra_cpu_session_fill_synthetic(c.be, 7, 10, 1, &err), MEMRA_ERR_INVALID_ARG);
     ck_assert_uint_eq(memra_cpu_session_pos(c.be, s[0]), 1);
@@ -420,15 +426,17 @@ START_TEST(test_bench_double_op)
     ck_assert_int_eq(mkdir(dir, 0700), 0);
     memra_err err;
     memra_err_clear(&err);
-    ck_assert_msg(memra_bench_plans_double_op(g_plans, dir, MEMRA_OP_MMVQ, &err) == MEMRA_OK,
-                  "%s", err.msg);
+    ck_assert_msg(memra_bench_plans_double_op(g_plans, dir, MEMRA_OP_MMVQ, &err) == MEMRA_OK, "%s",
+                  err.msg);
     memra_gguf *g = NULL;
     ck_assert_int_eq(memra_gguf_open(g_model, &g, &err), MEMRA_OK);
     for (uint32_t tier = 1; tier <= 2; tier++) {
         memra_plan *p = NULL, *q = NULL;
         ck_assert_msg(memra_plan_load(g_plans, tier, 0, g, &p, &err) == MEMRA_OK, "%s", err.msg);
-        ck_assert_msg(memra_plan_load(dir, tier, 0, g, &q, &err) == MEMRA_OK, "the doubled "
-                      "plan must stay valid: %s", err.msg);
+        ck_assert_msg(memra_plan_load(dir, tier, 0, g, &q, &err) == MEMRA_OK,
+                      "the doubled "
+                      "plan must stay valid: %s",
+                      err.msg);
         uint32_t k = 0, n_mmvq = 0;
         for (uint32_t i = 0; i < p->n_launches; i++) {
             ck_assert_uint_eq(q->launches[k].op, p->launches[i].op);
