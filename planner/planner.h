@@ -69,4 +69,35 @@ void memra_planner_result_free(memra_planner_result *r);
 /* Print the summary block memra-plan shows (launches, bytes, arena, kernels). */
 void memra_planner_print_summary(const memra_planner_result *r, void *file /* FILE * */);
 
+/* ---- precompile (planner/precompile.c): fill the NVRTC disk cache with every
+ * specialization a plan directory's manifest lists, so a serving start compiles nothing.
+ * Needs a build with CUDA (library memra_nvrtc); without it MEMRA_ERR_UNSUPPORTED. ---- */
+
+typedef struct memra_precompile_opts {
+    const char *plan_dir;  /* holds manifest.json (memra_planner_run's out_dir) */
+    int sm;                /* target architecture, 10 * major + minor (90 = sm_90) */
+    const char *cache_dir; /* NULL = the process's NVRTC cache dir (nvrtc.h default) */
+    uint32_t n_threads;    /* 0 = one per online core; each compiles one key at a time */
+    uint32_t max_keys;     /* 0 = all; > 0 compiles only the first max_keys (tests) */
+    memra_planner_progress_fn progress; /* one line per key, "i/n key s"; NULL = quiet */
+    void *progress_user;   /* progress may be called from any worker, never concurrently */
+} memra_precompile_opts;
+
+typedef struct memra_precompile_stats {
+    uint32_t n_keys;   /* NVRTC specializations compiled or found (after max_keys) */
+    uint32_t n_fixed;  /* manifest keys of fixed nvcc kernels: nothing to compile */
+    uint32_t compiled; /* NVRTC compilations run */
+    uint32_t cached;   /* already valid in the disk cache */
+    double seconds;    /* wall time */
+} memra_precompile_stats;
+
+/* Compiles every missing specialization of o->plan_dir's manifest for o->sm into the disk
+ * cache (o->cache_dir, set for the call and restored afterwards: do not run other NVRTC
+ * compiles in the process meanwhile). Codes: the manifest's (IO, FORMAT, ...), INVALID_ARG
+ * (sm, a disabled cache), UNSUPPORTED (no CUDA in this build; a template needs a newer sm),
+ * CUDA (a compile failed: the message names the key and starts the NVRTC log). *st is set
+ * on success and on failure (what was done so far). */
+int memra_planner_precompile(const memra_precompile_opts *o, memra_precompile_stats *st,
+                             memra_err *err);
+
 #endif

@@ -146,6 +146,18 @@ static int parse_field(const char *f, size_t n, memra_kernel_spec *spec, int *ke
     return MEMRA_OK;
 }
 
+/* MEMRA_TPL_* of the template a key names (the text before the first ':'), 0 if none. */
+static int template_of(const char *key)
+{
+    const char *c = strchr(key, ':');
+    const size_t tn = c ? (size_t)(c - key) : strlen(key);
+    if (tn == 4 && memcmp(key, "mmvq", 4) == 0)
+        return MEMRA_TPL_MMVQ;
+    if (tn == 13 && memcmp(key, "quantize_q8_1", 13) == 0)
+        return MEMRA_TPL_QUANTIZE_Q8_1;
+    return 0;
+}
+
 int memra_kernel_spec_parse(const char *key, int sm, memra_kernel_spec *spec, memra_err *err)
 {
     if (!key || !spec)
@@ -157,11 +169,7 @@ int memra_kernel_spec_parse(const char *key, int sm, memra_kernel_spec *spec, me
                           MEMRA_KERNEL_KEY_MAX - 1);
     const char *c = strchr(key, ':');
     const size_t tn = c ? (size_t)(c - key) : len;
-    if (tn == 4 && memcmp(key, "mmvq", 4) == 0)
-        spec->tpl = MEMRA_TPL_MMVQ;
-    else if (tn == 13 && memcmp(key, "quantize_q8_1", 13) == 0)
-        spec->tpl = MEMRA_TPL_QUANTIZE_Q8_1;
-    else
+    if (!(spec->tpl = template_of(key)))
         return MEMRA_FAIL(err, MEMRA_ERR_UNSUPPORTED, "kernel key: unknown template '%.*s'",
                           (int)tn, key);
     int key_sm = 0;
@@ -188,6 +196,17 @@ int memra_kernel_spec_parse(const char *key, int sm, memra_kernel_spec *spec, me
         return MEMRA_FAIL(err, MEMRA_ERR_UNSUPPORTED,
                           "kernel key '%s': templates need sm_90 or newer (griddepcontrol)", key);
     return MEMRA_OK;
+}
+
+int memra_nvrtc_compile_key(const char *plan_key, int sm, char *buf, size_t n, memra_err *err)
+{
+    if (!plan_key)
+        return MEMRA_FAIL(err, MEMRA_ERR_INVALID_ARG, "kernel key: null argument");
+    if (!template_of(plan_key))
+        return MEMRA_ERR_NOT_FOUND; /* an answer, not a failure: err stays untouched */
+    memra_kernel_spec spec;
+    const int rc = memra_kernel_spec_parse(plan_key, sm, &spec, err);
+    return rc != MEMRA_OK ? rc : memra_kernel_spec_key(&spec, buf, n, err);
 }
 
 int memra_kernel_spec_key(const memra_kernel_spec *spec, char *buf, size_t n, memra_err *err)

@@ -47,6 +47,13 @@ typedef struct memra_kernel_spec {
  * any) must equal it. MEMRA_ERR_INVALID_ARG naming the bad field, or MEMRA_ERR_UNSUPPORTED
  * for a template or qtype this build cannot specialize. */
 int memra_kernel_spec_parse(const char *key, int sm, memra_kernel_spec *spec, memra_err *err);
+/* A plan's kernel key (plans carry no sm) as the key to compile for sm: the canonical key,
+ * sm appended when the plan key has none ("mmvq:qt=q4_K:b=1", 90 -> "mmvq:qt=q4_K:b=1:sm=90").
+ * MEMRA_ERR_NOT_FOUND (err untouched) when the key's template is not an NVRTC one
+ * (attn_decode, mmvq_moe, ...: the geometry of a fixed nvcc kernel, nothing to compile);
+ * memra_kernel_spec_parse's codes for a malformed NVRTC key. Backends loading a plan and
+ * memra-plan --precompile both pick and name their compiles with this. */
+int memra_nvrtc_compile_key(const char *plan_key, int sm, char *buf, size_t n, memra_err *err);
 /* Canonical key of spec into buf; MEMRA_ERR_INVALID_ARG if it does not fit. */
 int memra_kernel_spec_key(const memra_kernel_spec *spec, char *buf, size_t n, memra_err *err);
 /* The extern "C" entry point of the specialization ("memra_mmvq", "memra_quantize_q8_1"). */

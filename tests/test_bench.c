@@ -404,7 +404,8 @@ START_TEST(test_bench_fill_synthetic)
     tick(&c, &s[0], 1, a);
     tick(&c, &s[2], 1, b); /* s[2]: admitted, never stepped */
     ck_assert(memcmp(a, b, sizeof(float) * c.v) == 0);
-    /* refused without effect */
+    /* refused without effect (err is cleared first: a record keeps its first failure) */
+    memra_err_clear(&err);
     ck_assert_int_eq(memra_cpu_session_fill_synthetic(c.be, s[0], 256, 1, &err),
                      MEMRA_ERR_INVALID_ARG);
     ck_assert_ptr_nonnull(strstr(err.msg, "n_ctx"));

@@ -1062,6 +1062,133 @@ START_TEST(test_validator_stage_rule)
 }
 END_TEST
 
+/* ==================================== precompile ===================================== */
+
+#ifdef MEMRA_HAVE_NVRTC
+#include "runtime/nvrtc.h" /* ours: it shadows the toolkit's <nvrtc.h> */
+
+/* Under ASan every NVRTC allocation goes through ASan's allocator and a compile is ~5x
+ * slower (tests/test_nvrtc.c measured it), so the sanitized build compiles only the first 2
+ * of tiny's 6 tier-1 keys; the plain build (CI runs both) compiles all of them. */
+#if defined(__SANITIZE_ADDRESS__)
+#define PRECOMPILE_MAX_KEYS 2
+#else
+#define PRECOMPILE_MAX_KEYS 0
+#endif
+
+static uint32_t count_cubins(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    uint32_t n = 0;
+    while (d && (e = readdir(d))) {
+        const size_t l = strlen(e->d_name);
+        n += l > 6 && strcmp(e->d_name + l - 6, ".cubin") == 0;
+    }
+    if (d)
+        closedir(d);
+    return n;
+}
+
+/* Every NVRTC key of tiny's tier-1 manifest compiles into a fresh cache; a second run
+ * compiles nothing; and an independent memra_nvrtc_compile of each key is a cache hit. */
+START_TEST(test_precompile)
+{
+    char dir[700], cache[700], prev[1024];
+    memra_err e;
+    memra_precompile_stats st;
+    memra_plan_manifest *m = NULL;
+    snprintf(dir, sizeof dir, "%s/plans-b1", g_root);
+    snprintf(cache, sizeof cache, "%s/kernels", g_root);
+    int rc = plan_dir(g_tiny, dir, "1", 1, 0, MEMRA_DT_F16, NULL, 0, NULL, &e);
+    ck_assert_msg(rc == MEMRA_OK, "plan: %s", e.msg);
+    ck_assert_int_eq(memra_plan_manifest_load(dir, &m, &e), MEMRA_OK);
+    snprintf(prev, sizeof prev, "%s", memra_nvrtc_cache_dir());
+
+    memra_precompile_opts o = {.plan_dir = dir, .sm = 90, .cache_dir = cache,
+                               .max_keys = PRECOMPILE_MAX_KEYS};
+    rc = memra_planner_precompile(&o, &st, &e);
+    ck_assert_msg(rc == MEMRA_OK, "precompile: %s", e.msg);
+    /* tiny tier 1: 6 mmvq qtype combinations and 1 attn_decode (a fixed nvcc kernel) */
+    const uint32_t want = PRECOMPILE_MAX_KEYS ? PRECOMPILE_MAX_KEYS : 6;
+    ck_assert_uint_eq(m->n_kernels, 7);
+    ck_assert_uint_eq(st.n_keys, want);
+    ck_assert_uint_eq(st.n_fixed, 1);
+    ck_assert_uint_eq(st.compiled, want);
+    ck_assert_uint_eq(st.cached, 0);
+    ck_assert_uint_eq(count_cubins(cache), want);
+    ck_assert_str_eq(memra_nvrtc_cache_dir(), prev); /* the process's cache dir is restored */
+
+    rc = memra_planner_precompile(&o, &st, &e);
+    ck_assert_msg(rc == MEMRA_OK, "precompile again: %s", e.msg);
+    ck_assert_uint_eq(st.compiled, 0);
+    ck_assert_uint_eq(st.cached, want);
+
+    /* what a backend start does with each key: all from the disk cache */
+    ck_assert_int_eq(memra_nvrtc_set_cache_dir(cache, &e), MEMRA_OK);
+    uint32_t hits = 0;
+    for (uint32_t i = 0; i < m->n_kernels && hits < want; i++) {
+        char key[MEMRA_KERNEL_KEY_MAX];
+        memra_cubin c;
+        if (memra_nvrtc_compile_key(m->kernels[i], 90, key, sizeof key, &e) != MEMRA_OK)
+            continue;
+        ck_assert_str_eq(key + strlen(key) - 6, ":sm=90");
+        ck_assert_int_eq(memra_nvrtc_compile(m->kernels[i], 90, &c, &e), MEMRA_OK);
+        ck_assert_msg(c.from_cache == 1 && c.size > 0, "%s: not a cache hit", key);
+        memra_cubin_free(&c);
+        hits++;
+    }
+    ck_assert_uint_eq(hits, want);
+    memra_nvrtc_set_cache_dir(prev, NULL);
+    memra_plan_manifest_free(m);
+}
+END_TEST
+
+/* Refusals that need no compile: each names its cause. */
+START_TEST(test_precompile_errors)
+{
+    char dir[700], cache[700];
+    memra_err e;
+    memra_precompile_stats st;
+    snprintf(dir, sizeof dir, "%s/plans-b1e", g_root);
+    snprintf(cache, sizeof cache, "%s/kernels-e", g_root);
+    ck_assert_int_eq(plan_dir(g_tiny, dir, "1", 1, 0, MEMRA_DT_F16, NULL, 0, NULL, &e),
+                     MEMRA_OK);
+    memra_precompile_opts o = {.plan_dir = dir, .sm = 80, .cache_dir = cache};
+    ck_assert_int_eq(memra_planner_precompile(&o, &st, &e), MEMRA_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(e.msg, "sm_90 or newer") && strstr(e.msg, "mmvq:"), "%s", e.msg);
+    o.sm = 0;
+    memra_err_clear(&e); /* the first failure recorded wins */
+    ck_assert_int_eq(memra_planner_precompile(&o, &st, &e), MEMRA_ERR_INVALID_ARG);
+    o.sm = 90;
+    o.cache_dir = "";
+    memra_err_clear(&e); /* the first failure recorded wins */
+    ck_assert_int_eq(memra_planner_precompile(&o, &st, &e), MEMRA_ERR_INVALID_ARG);
+    ck_assert_msg(strstr(e.msg, "disk cache is disabled"), "%s", e.msg);
+    o.cache_dir = cache;
+    o.plan_dir = g_root; /* no manifest.json there */
+    memra_err_clear(&e); /* the first failure recorded wins */
+    ck_assert_int_eq(memra_planner_precompile(&o, &st, &e), MEMRA_ERR_NOT_FOUND);
+    ck_assert_msg(strstr(e.msg, "manifest.json"), "%s", e.msg);
+    ck_assert_uint_eq(count_cubins(cache), 0);
+}
+END_TEST
+
+#else /* no CUDA in this build: the API exists and says why it cannot work */
+
+START_TEST(test_precompile)
+{
+    memra_err e;
+    memra_precompile_stats st;
+    memra_precompile_opts o = {.plan_dir = g_root, .sm = 90};
+    memra_err_clear(&e);
+    ck_assert_int_eq(memra_planner_precompile(&o, &st, &e), MEMRA_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(e.msg, "NVRTC"), "%s", e.msg);
+}
+END_TEST
+
+#endif
+
 Suite *make_plan_suite(void)
 {
     Suite *s = suite_create("plan");
@@ -1098,6 +1225,17 @@ Suite *make_plan_suite(void)
     tcase_add_unchecked_fixture(tc, setup_golden, teardown);
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_golden);
+    suite_add_tcase(s, tc);
+
+    /* 6 NVRTC compiles of ~6 s each on the 2 shared CI cores (memra-plan --precompile on
+     * tiny, measured: 38 s); ASan's 2 keys at ~5x per compile take about as long. */
+    tc = tcase_create("precompile");
+    tcase_add_unchecked_fixture(tc, setup_sandbox, teardown);
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, test_precompile);
+#ifdef MEMRA_HAVE_NVRTC
+    tcase_add_test(tc, test_precompile_errors);
+#endif
     suite_add_tcase(s, tc);
     return s;
 }
