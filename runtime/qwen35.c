@@ -75,8 +75,8 @@ static int hp_f32(hp_reader *r, const char *suffix, int required, float def, flo
  * `mask` (NULL = all layers) must agree, entries of other layers are ignored (hybrid files may
  * carry 0 for layers without attention). *present is 0 when the key is absent.
  */
-static int hp_u32_per_layer(hp_reader *r, const char *suffix, uint32_t n_layer,
-                            const uint8_t *mask, uint32_t *out, int *present)
+static int hp_u32_per_layer(hp_reader *r, const char *suffix, uint32_t n_layer, const uint8_t *mask,
+                            uint32_t *out, int *present)
 {
     int64_t i = memra_gguf_find_kv(r->g, hp_key(r, suffix));
     *present = i >= 0;
@@ -96,8 +96,8 @@ static int hp_u32_per_layer(hp_reader *r, const char *suffix, uint32_t n_layer,
     int have = 0;
     for (uint32_t l = 0; l < n_layer; l++) {
         if (local[l] < 0 || local[l] > (int64_t)UINT32_MAX)
-            return MEMRA_FAIL(r->err, MEMRA_ERR_FORMAT, "key %s[%u] = %lld is out of range",
-                              r->key, l, (long long)local[l]);
+            return MEMRA_FAIL(r->err, MEMRA_ERR_FORMAT, "key %s[%u] = %lld is out of range", r->key,
+                              l, (long long)local[l]);
         if (mask && !mask[l])
             continue;
         if (have && (uint32_t)local[l] != *out)
@@ -133,7 +133,10 @@ static int hp_arch(const memra_gguf *g, memra_qwen35_hparams *hp, memra_err *err
     if (memra_gguf_kv_type(g, i) != MEMRA_GGUF_STRING)
         return MEMRA_FAIL(err, MEMRA_ERR_FORMAT, "key %s is not a string", key);
     memra_gguf_str s = memra_gguf_kv_str(g, i, 0);
-    static const struct { const char *name; memra_qwen35_arch arch; } known[] = {
+    static const struct {
+        const char *name;
+        memra_qwen35_arch arch;
+    } known[] = {
         {"qwen35", MEMRA_QWEN35_ARCH_DENSE},
         {"qwen35moe", MEMRA_QWEN35_ARCH_MOE},
     };
@@ -208,16 +211,18 @@ static int hp_rope_scaling(hp_reader *r, memra_qwen35_hparams *hp)
         linear = s.len == 6 && memcmp(s.ptr, "linear", 6) == 0;
         if (!none && !linear) {
             int shown = s.len > 32 ? 32 : (int)s.len;
-            rc = MEMRA_FAIL(r->err, MEMRA_ERR_UNSUPPORTED, "key %s = '%.*s' is not supported "
-                            "(none or linear)", r->key, shown, s.ptr);
+            rc = MEMRA_FAIL(r->err, MEMRA_ERR_UNSUPPORTED,
+                            "key %s = '%.*s' is not supported "
+                            "(none or linear)",
+                            r->key, shown, s.ptr);
             goto fail;
         }
     }
     float factor = 0.0f;
     MEMRA_TRY(hp_f32(r, "rope.scaling.factor", 0, 0.0f, &factor));
     if (factor < 0) {
-        rc = MEMRA_FAIL(r->err, MEMRA_ERR_FORMAT, "key %s = %g is negative", r->key,
-                        (double)factor);
+        rc =
+            MEMRA_FAIL(r->err, MEMRA_ERR_FORMAT, "key %s = %g is negative", r->key, (double)factor);
         goto fail;
     }
     if (linear && factor > 0)
@@ -244,8 +249,8 @@ static int hp_rope_sections(hp_reader *r, memra_qwen35_hparams *hp)
     int64_t sum = 0;
     for (int k = 0; k < 4; k++) {
         if (v[k] < 0 || v[k] > (int64_t)QWEN35_MAX_DIM)
-            return MEMRA_FAIL(r->err, MEMRA_ERR_FORMAT, "key %s[%d] = %lld is out of range",
-                              r->key, k, (long long)v[k]);
+            return MEMRA_FAIL(r->err, MEMRA_ERR_FORMAT, "key %s[%d] = %lld is out of range", r->key,
+                              k, (long long)v[k]);
         hp->rope_sections[k] = (int32_t)v[k];
         sum += v[k];
     }
@@ -263,11 +268,11 @@ static int hp_attention(hp_reader *r, memra_qwen35_hparams *hp)
         attn_mask[l] = (uint8_t)!hp->is_recurrent[l];
 
     hp->n_head = 0;
-    MEMRA_TRY(hp_u32_per_layer(r, "attention.head_count", hp->n_layer, attn_mask, &hp->n_head,
-                               &present));
+    MEMRA_TRY(
+        hp_u32_per_layer(r, "attention.head_count", hp->n_layer, attn_mask, &hp->n_head, &present));
     hp->n_head_kv = hp->n_head;
-    MEMRA_TRY(hp_u32_per_layer(r, "attention.head_count_kv", hp->n_layer, attn_mask,
-                               &hp->n_head_kv, &present));
+    MEMRA_TRY(hp_u32_per_layer(r, "attention.head_count_kv", hp->n_layer, attn_mask, &hp->n_head_kv,
+                               &present));
     if (!present)
         hp->n_head_kv = hp->n_head;
     uint32_t def_dh = hp->n_head ? hp->n_embd / hp->n_head : 0;
@@ -290,10 +295,10 @@ static int hp_attention(hp_reader *r, memra_qwen35_hparams *hp)
     MEMRA_TRY(hp_check_dim(r, hp_key(r, "attention.head_count"), hp->n_head, no_attn));
     MEMRA_TRY(hp_check_dim(r, hp_key(r, "attention.head_count_kv"), hp->n_head_kv, no_attn));
     MEMRA_TRY(hp_check_dim(r, hp_key(r, "attention.key_length"), hp->head_dim, no_attn));
-    MEMRA_TRY(hp_check_dim(r, "2 * head_count * key_length",
-                           2ull * hp->n_head * hp->head_dim, no_attn));
-    MEMRA_TRY(hp_check_dim(r, "head_count_kv * key_length",
-                           (uint64_t)hp->n_head_kv * hp->head_dim, no_attn));
+    MEMRA_TRY(
+        hp_check_dim(r, "2 * head_count * key_length", 2ull * hp->n_head * hp->head_dim, no_attn));
+    MEMRA_TRY(hp_check_dim(r, "head_count_kv * key_length", (uint64_t)hp->n_head_kv * hp->head_dim,
+                           no_attn));
     if (no_attn)
         return MEMRA_OK;
 
@@ -357,8 +362,10 @@ static int hp_ssm(hp_reader *r, memra_qwen35_hparams *hp)
         goto fail;
     }
     uint64_t cc = 2ull * hp->ssm_n_k_heads * hp->ssm_state_size + hp->ssm_inner_size;
-    MEMRA_TRY(hp_check_dim(r, "conv channels 2 * ssm.group_count * ssm.state_size + "
-                              "ssm.inner_size", cc, 0));
+    MEMRA_TRY(hp_check_dim(r,
+                           "conv channels 2 * ssm.group_count * ssm.state_size + "
+                           "ssm.inner_size",
+                           cc, 0));
     hp->ssm_conv_channels = (uint32_t)cc;
     return MEMRA_OK;
 fail:
@@ -370,8 +377,7 @@ static int hp_ffn(hp_reader *r, memra_qwen35_hparams *hp)
 {
     int rc, present;
     hp->n_ff = 0;
-    MEMRA_TRY(hp_u32_per_layer(r, "feed_forward_length", hp->n_layer, NULL, &hp->n_ff,
-                               &present));
+    MEMRA_TRY(hp_u32_per_layer(r, "feed_forward_length", hp->n_layer, NULL, &hp->n_ff, &present));
     MEMRA_TRY(hp_check_dim(r, hp_key(r, "feed_forward_length"), hp->n_ff, 1));
     hp->n_expert = hp->n_expert_used = hp->n_ff_exp = hp->n_ff_shexp = 0;
     if (hp->arch == MEMRA_QWEN35_ARCH_DENSE) {
@@ -390,8 +396,8 @@ static int hp_ffn(hp_reader *r, memra_qwen35_hparams *hp)
                         r->key, hp->n_expert_used, hp->n_expert);
         goto fail;
     }
-    MEMRA_TRY(hp_u32(r, "expert_feed_forward_length", 0, hp->n_ff / hp->n_expert_used,
-                     &hp->n_ff_exp));
+    MEMRA_TRY(
+        hp_u32(r, "expert_feed_forward_length", 0, hp->n_ff / hp->n_expert_used, &hp->n_ff_exp));
     MEMRA_TRY(hp_check_dim(r, hp_key(r, "expert_feed_forward_length"), hp->n_ff_exp, 0));
     MEMRA_TRY(hp_check_dim(r, "2 * expert_feed_forward_length", 2ull * hp->n_ff_exp, 0));
     /* Fs may be 0: the layer then has no shared expert (and must carry no *_shexp tensor). */
@@ -420,8 +426,10 @@ int memra_qwen35_hparams_load(const memra_gguf *g, memra_qwen35_hparams *hp, mem
         goto fail;
     }
     if (te->ne[1] <= 0 || te->ne[1] > (int64_t)QWEN35_MAX_DIM) {
-        rc = MEMRA_FAIL(err, MEMRA_ERR_FORMAT, "tensor token_embd.weight: vocab (ne1) = %lld is "
-                        "out of range", (long long)te->ne[1]);
+        rc = MEMRA_FAIL(err, MEMRA_ERR_FORMAT,
+                        "tensor token_embd.weight: vocab (ne1) = %lld is "
+                        "out of range",
+                        (long long)te->ne[1]);
         goto fail;
     }
     hp->n_vocab = (uint32_t)te->ne[1];
@@ -479,8 +487,10 @@ static int bind_one(binder *b, const char *name, int required, int kind, int dim
                                  : memra_qwen35_matrix_type_ok(t->type);
     if (!ok) {
         const memra_qtype_info *qi = memra_qtype_get(t->type);
-        return MEMRA_FAIL(b->err, MEMRA_ERR_UNSUPPORTED, "tensor %s: type %s is not supported "
-                          "for a %s", name, qi ? qi->name : "?",
+        return MEMRA_FAIL(b->err, MEMRA_ERR_UNSUPPORTED,
+                          "tensor %s: type %s is not supported "
+                          "for a %s",
+                          name, qi ? qi->name : "?",
                           kind == KIND_VECTOR ? "vector (f32, f16, bf16)" : "matrix");
     }
     for (int d = 0; d < MEMRA_GGUF_MAX_DIMS; d++) {
@@ -489,8 +499,8 @@ static int bind_one(binder *b, const char *name, int required, int kind, int dim
             char got_s[96], want_s[96];
             fmt_shape(got_s, sizeof got_s, t->ne, (int)(t->n_dims ? t->n_dims : 1));
             fmt_shape(want_s, sizeof want_s, want, dims);
-            return MEMRA_FAIL(b->err, MEMRA_ERR_FORMAT, "tensor %s: shape %s, want %s", name,
-                              got_s, want_s);
+            return MEMRA_FAIL(b->err, MEMRA_ERR_FORMAT, "tensor %s: shape %s, want %s", name, got_s,
+                              want_s);
         }
     }
     if (b->n_claimed == b->cap)
@@ -560,8 +570,8 @@ static int bind_attention(binder *b, const memra_qwen35_hparams *hp, uint32_t l,
     MEMRA_TRY(bind_mat(b, LN("attn_q"), BIND_REQUIRED, D, q_out, 0, &ly->attn_q));
     MEMRA_TRY(bind_mat(b, LN("attn_k"), BIND_REQUIRED, D, kv_out, 0, &ly->attn_k));
     MEMRA_TRY(bind_mat(b, LN("attn_v"), BIND_REQUIRED, D, kv_out, 0, &ly->attn_v));
-    MEMRA_TRY(bind_mat(b, LN("attn_output"), BIND_REQUIRED, (int64_t)hp->n_head * dh,
-                       D, 0, &ly->attn_output));
+    MEMRA_TRY(bind_mat(b, LN("attn_output"), BIND_REQUIRED, (int64_t)hp->n_head * dh, D, 0,
+                       &ly->attn_output));
     MEMRA_TRY(bind_vec(b, LN("attn_q_norm.weight"), dh, &ly->attn_q_norm));
     MEMRA_TRY(bind_vec(b, LN("attn_k_norm.weight"), dh, &ly->attn_k_norm));
     return MEMRA_OK;
@@ -581,8 +591,8 @@ static int bind_gdn(binder *b, const memra_qwen35_hparams *hp, uint32_t l, memra
     MEMRA_TRY(bind_mat(b, LN("ssm_alpha"), BIND_REQUIRED, D, Hv, 0, &ly->ssm_alpha));
     MEMRA_TRY(bind_mat(b, LN("ssm_out"), BIND_REQUIRED, Cv, D, 0, &ly->ssm_out));
     const int64_t conv_shape[2] = {hp->ssm_conv_kernel, Cc};
-    MEMRA_TRY(bind_one(b, LN("ssm_conv1d.weight"), BIND_REQUIRED, KIND_VECTOR, 2,
-                       conv_shape, &ly->ssm_conv1d));
+    MEMRA_TRY(bind_one(b, LN("ssm_conv1d.weight"), BIND_REQUIRED, KIND_VECTOR, 2, conv_shape,
+                       &ly->ssm_conv1d));
     /* pitfall 16: ssm_dt carries `.bias`, ssm_a has no suffix */
     MEMRA_TRY(bind_vec(b, LN("ssm_dt.bias"), Hv, &ly->ssm_dt_bias));
     MEMRA_TRY(bind_vec(b, LN("ssm_a"), Hv, &ly->ssm_a));
@@ -612,42 +622,33 @@ static int bind_moe_ffn(binder *b, const memra_qwen35_hparams *hp, uint32_t l,
     char n[MEMRA_GGUF_MAX_NAME + 16];
     int rc;
     const int64_t D = hp->n_embd, E = hp->n_expert, Fe = hp->n_ff_exp, Fs = hp->n_ff_shexp;
-    MEMRA_TRY(bind_mat(b, LN("ffn_gate_inp"), BIND_REQUIRED, D, E, 0,
-                       &ly->ffn_gate_inp));
+    MEMRA_TRY(bind_mat(b, LN("ffn_gate_inp"), BIND_REQUIRED, D, E, 0, &ly->ffn_gate_inp));
     /* Either the fused gate+up tensor or both halves (spec §2, pitfall 15). */
-    MEMRA_TRY(bind_mat(b, LN("ffn_gate_up_exps"), BIND_OPTIONAL, D, 2 * Fe, E,
-                       &ly->ffn_gate_up_exps));
+    MEMRA_TRY(
+        bind_mat(b, LN("ffn_gate_up_exps"), BIND_OPTIONAL, D, 2 * Fe, E, &ly->ffn_gate_up_exps));
     if (!ly->ffn_gate_up_exps.w) {
-        MEMRA_TRY(bind_mat(b, LN("ffn_gate_exps"), BIND_REQUIRED, D, Fe, E,
-                           &ly->ffn_gate_exps));
-        MEMRA_TRY(bind_mat(b, LN("ffn_up_exps"), BIND_REQUIRED, D, Fe, E,
-                           &ly->ffn_up_exps));
+        MEMRA_TRY(bind_mat(b, LN("ffn_gate_exps"), BIND_REQUIRED, D, Fe, E, &ly->ffn_gate_exps));
+        MEMRA_TRY(bind_mat(b, LN("ffn_up_exps"), BIND_REQUIRED, D, Fe, E, &ly->ffn_up_exps));
     }
-    MEMRA_TRY(bind_mat(b, LN("ffn_down_exps"), BIND_REQUIRED, Fe, D, E,
-                       &ly->ffn_down_exps));
+    MEMRA_TRY(bind_mat(b, LN("ffn_down_exps"), BIND_REQUIRED, Fe, D, E, &ly->ffn_down_exps));
     if (Fs == 0)
         return MEMRA_OK; /* no shared expert: any *_shexp tensor is reported as extra */
-    MEMRA_TRY(bind_mat(b, LN("ffn_gate_inp_shexp"), BIND_REQUIRED, D, 1, 0,
-                       &ly->ffn_gate_inp_shexp));
-    MEMRA_TRY(bind_mat(b, LN("ffn_gate_shexp"), BIND_REQUIRED, D, Fs, 0,
-                       &ly->ffn_gate_shexp));
-    MEMRA_TRY(bind_mat(b, LN("ffn_up_shexp"), BIND_REQUIRED, D, Fs, 0,
-                       &ly->ffn_up_shexp));
-    MEMRA_TRY(bind_mat(b, LN("ffn_down_shexp"), BIND_REQUIRED, Fs, D, 0,
-                       &ly->ffn_down_shexp));
+    MEMRA_TRY(
+        bind_mat(b, LN("ffn_gate_inp_shexp"), BIND_REQUIRED, D, 1, 0, &ly->ffn_gate_inp_shexp));
+    MEMRA_TRY(bind_mat(b, LN("ffn_gate_shexp"), BIND_REQUIRED, D, Fs, 0, &ly->ffn_gate_shexp));
+    MEMRA_TRY(bind_mat(b, LN("ffn_up_shexp"), BIND_REQUIRED, D, Fs, 0, &ly->ffn_up_shexp));
+    MEMRA_TRY(bind_mat(b, LN("ffn_down_shexp"), BIND_REQUIRED, Fs, D, 0, &ly->ffn_down_shexp));
     return MEMRA_OK;
 fail:
     return rc;
 }
 
-static int bind_layer(binder *b, const memra_qwen35_hparams *hp, uint32_t l,
-                      memra_qwen35_layer *ly)
+static int bind_layer(binder *b, const memra_qwen35_hparams *hp, uint32_t l, memra_qwen35_layer *ly)
 {
     char n[MEMRA_GGUF_MAX_NAME + 16];
     int rc;
     MEMRA_TRY(bind_vec(b, LN("attn_norm.weight"), hp->n_embd, &ly->attn_norm));
-    MEMRA_TRY(bind_vec(b, LN("post_attention_norm.weight"), hp->n_embd,
-                       &ly->post_attention_norm));
+    MEMRA_TRY(bind_vec(b, LN("post_attention_norm.weight"), hp->n_embd, &ly->post_attention_norm));
     if (hp->is_recurrent[l])
         MEMRA_TRY(bind_gdn(b, hp, l, ly));
     else
@@ -682,8 +683,8 @@ static int check_no_extra(binder *b, const char *arch)
     return MEMRA_OK;
 }
 
-int memra_qwen35_bind(const memra_gguf *g, const memra_qwen35_hparams *hp,
-                      memra_qwen35_weights *w, memra_err *err)
+int memra_qwen35_bind(const memra_gguf *g, const memra_qwen35_hparams *hp, memra_qwen35_weights *w,
+                      memra_err *err)
 {
     int rc;
     memset(w, 0, sizeof *w);

@@ -54,17 +54,17 @@ typedef struct memra_qwen35_hparams {
     float freq_scale; /* 1 / rope.scaling.factor (linear), 1 without scaling */
 
     /* gated delta net */
-    uint32_t ssm_conv_kernel; /* K */
-    uint32_t ssm_inner_size;  /* Cv = Hv * dv */
-    uint32_t ssm_state_size;  /* dk */
-    uint32_t ssm_n_v_heads;   /* Hv = ssm.time_step_rank */
-    uint32_t ssm_n_k_heads;   /* Hk = ssm.group_count */
-    uint32_t ssm_head_v_dim;  /* dv = Cv / Hv (== dk) */
+    uint32_t ssm_conv_kernel;   /* K */
+    uint32_t ssm_inner_size;    /* Cv = Hv * dv */
+    uint32_t ssm_state_size;    /* dk */
+    uint32_t ssm_n_v_heads;     /* Hv = ssm.time_step_rank */
+    uint32_t ssm_n_k_heads;     /* Hk = ssm.group_count */
+    uint32_t ssm_head_v_dim;    /* dv = Cv / Hv (== dk) */
     uint32_t ssm_conv_channels; /* Cc = 2 * Hk * dk + Cv */
 
-    uint32_t full_attention_interval; /* default 4 */
-    uint32_t n_attn_layers;           /* layers with a KV cache */
-    uint32_t n_recurrent_layers;      /* layers with conv + SSM state */
+    uint32_t full_attention_interval;              /* default 4 */
+    uint32_t n_attn_layers;                        /* layers with a KV cache */
+    uint32_t n_recurrent_layers;                   /* layers with conv + SSM state */
     uint8_t is_recurrent[MEMRA_QWEN35_MAX_LAYERS]; /* [n_layer] 1 = GDN, 0 = attention */
 
     /* FFN */
@@ -87,35 +87,35 @@ typedef struct memra_qwen35_layer {
     const memra_gguf_tensor *post_attention_norm; /* [D] */
 
     /* full attention (is_recurrent == 0) */
-    memra_qwen35_mat attn_q;                /* {D, 2*Hq*dh}, per-head [q_i | gate_i] */
-    memra_qwen35_mat attn_k, attn_v;        /* {D, Hkv*dh} */
-    memra_qwen35_mat attn_output;           /* {Hq*dh, D} */
-    const memra_gguf_tensor *attn_q_norm;   /* [dh] */
-    const memra_gguf_tensor *attn_k_norm;   /* [dh] */
+    memra_qwen35_mat attn_q;              /* {D, 2*Hq*dh}, per-head [q_i | gate_i] */
+    memra_qwen35_mat attn_k, attn_v;      /* {D, Hkv*dh} */
+    memra_qwen35_mat attn_output;         /* {Hq*dh, D} */
+    const memra_gguf_tensor *attn_q_norm; /* [dh] */
+    const memra_gguf_tensor *attn_k_norm; /* [dh] */
 
     /* gated delta net (is_recurrent == 1) */
-    memra_qwen35_mat attn_qkv;             /* {D, Cc} = [q: Ck][k: Ck][v: Cv] */
-    memra_qwen35_mat attn_gate;            /* {D, Cv} (z) */
-    memra_qwen35_mat ssm_beta, ssm_alpha;  /* {D, Hv} */
-    memra_qwen35_mat ssm_out;              /* {Cv, D} */
-    const memra_gguf_tensor *ssm_conv1d;   /* {K, Cc} */
-    const memra_gguf_tensor *ssm_dt_bias;  /* [Hv] */
-    const memra_gguf_tensor *ssm_a;        /* [Hv], already -exp(A_log) */
-    const memra_gguf_tensor *ssm_norm;     /* [dv], no +1 */
+    memra_qwen35_mat attn_qkv;            /* {D, Cc} = [q: Ck][k: Ck][v: Cv] */
+    memra_qwen35_mat attn_gate;           /* {D, Cv} (z) */
+    memra_qwen35_mat ssm_beta, ssm_alpha; /* {D, Hv} */
+    memra_qwen35_mat ssm_out;             /* {Cv, D} */
+    const memra_gguf_tensor *ssm_conv1d;  /* {K, Cc} */
+    const memra_gguf_tensor *ssm_dt_bias; /* [Hv] */
+    const memra_gguf_tensor *ssm_a;       /* [Hv], already -exp(A_log) */
+    const memra_gguf_tensor *ssm_norm;    /* [dv], no +1 */
 
     /* dense FFN (qwen35) */
     memra_qwen35_mat ffn_gate, ffn_up; /* {D, F} */
     memra_qwen35_mat ffn_down;         /* {F, D} */
 
     /* MoE FFN (qwen35moe) */
-    memra_qwen35_mat ffn_gate_inp;     /* {D, E} router */
-    memra_qwen35_mat ffn_gate_exps;    /* {D, Fe, E}; NULL when fused */
-    memra_qwen35_mat ffn_up_exps;      /* {D, Fe, E}; NULL when fused */
-    memra_qwen35_mat ffn_gate_up_exps; /* {D, 2*Fe, E}: rows [0,Fe) gate, [Fe,2Fe) up; optional */
-    memra_qwen35_mat ffn_down_exps;    /* {Fe, D, E} */
-    memra_qwen35_mat ffn_gate_inp_shexp;       /* {D} (one output row); NULL when Fs == 0 */
+    memra_qwen35_mat ffn_gate_inp;       /* {D, E} router */
+    memra_qwen35_mat ffn_gate_exps;      /* {D, Fe, E}; NULL when fused */
+    memra_qwen35_mat ffn_up_exps;        /* {D, Fe, E}; NULL when fused */
+    memra_qwen35_mat ffn_gate_up_exps;   /* {D, 2*Fe, E}: rows [0,Fe) gate, [Fe,2Fe) up; optional */
+    memra_qwen35_mat ffn_down_exps;      /* {Fe, D, E} */
+    memra_qwen35_mat ffn_gate_inp_shexp; /* {D} (one output row); NULL when Fs == 0 */
     memra_qwen35_mat ffn_gate_shexp, ffn_up_shexp; /* {D, Fs} */
-    memra_qwen35_mat ffn_down_shexp;           /* {Fs, D} */
+    memra_qwen35_mat ffn_down_shexp;               /* {Fs, D} */
 } memra_qwen35_layer;
 
 typedef struct memra_qwen35_weights {
@@ -134,8 +134,8 @@ int memra_qwen35_hparams_load(const memra_gguf *g, memra_qwen35_hparams *hp, mem
 /* Bind every tensor of the model described by hp (as loaded from the same file). Errors name
  * the tensor: MEMRA_ERR_NOT_FOUND (missing), MEMRA_ERR_FORMAT (wrong shape, extra tensor),
  * MEMRA_ERR_UNSUPPORTED (a type this engine cannot read). */
-int memra_qwen35_bind(const memra_gguf *g, const memra_qwen35_hparams *hp,
-                      memra_qwen35_weights *w, memra_err *err);
+int memra_qwen35_bind(const memra_gguf *g, const memra_qwen35_hparams *hp, memra_qwen35_weights *w,
+                      memra_err *err);
 
 /* Accepted tensor types. Element-wise vectors (norms, conv taps, ssm_a, dt bias, .scale):
  * F32, F16, BF16. Matrices: any type memra_quant can dequantize. */

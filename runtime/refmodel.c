@@ -51,11 +51,20 @@ void memra_ref_l2_norm(float *y, const float *x, int64_t n, float eps)
         y[i] = x[i] * scale;
 }
 
-float memra_ref_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+float memra_ref_sigmoid(float x)
+{
+    return 1.0f / (1.0f + expf(-x));
+}
 
-float memra_ref_silu(float x) { return x * memra_ref_sigmoid(x); }
+float memra_ref_silu(float x)
+{
+    return x * memra_ref_sigmoid(x);
+}
 
-float memra_ref_softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+float memra_ref_softplus(float x)
+{
+    return x > 20.0f ? x : log1pf(expf(x));
+}
 
 void memra_ref_softmax(float *y, const float *x, int64_t n)
 {
@@ -84,7 +93,7 @@ static int64_t rope_pair_pos(int64_t m, const int32_t sec[4], int64_t pos)
         return pos; /* w */
     if (s % 3 == 0 && s < 3 * (int64_t)sec[0])
         return pos; /* t */
-    return 0; /* e */
+    return 0;       /* e */
 }
 
 void memra_ref_rope(float *x, int64_t n_rot, const int32_t sections[4], int64_t pos,
@@ -147,7 +156,7 @@ void memra_ref_conv_step(float *u, float *state, const float *u_raw, const float
 {
     const int64_t km1 = kernel - 1;
     for (int64_t c = 0; c < n_channels; c++) {
-        float *w = state + c * km1;  /* [K-1], w[0] oldest */
+        float *w = state + c * km1;         /* [K-1], w[0] oldest */
         const float *t = taps + c * kernel; /* [K], tap K-1 = newest sample */
         float acc = 0.0f;
         for (int64_t j = 0; j < km1; j++)
@@ -171,7 +180,7 @@ void memra_ref_delta_rule(float *St, float *o, const float *q, const float *k, c
                           float beta, float decay, int64_t dk, int64_t dv)
 {
     for (int64_t j = 0; j < dv; j++) {
-        float *s = St + j * dk; /* s[i] = S[i, j] */
+        float *s = St + j * dk;          /* s[i] = S[i, j] */
         for (int64_t i = 0; i < dk; i++) /* 1. S ← λ S */
             s[i] *= decay;
         float r = 0.0f; /* 2. r_j = Σ_i S[i,j] k_i with the decayed S */
@@ -242,19 +251,19 @@ int32_t memra_ref_argmax(const float *logits, int64_t n)
 
 /* A weight matrix ready for y = W·x: rows of `row_bytes` at data + expert·expert_stride. */
 typedef struct ref_mat {
-    const uint8_t *data;    /* borrowed from the mapping; NULL = matrix absent */
+    const uint8_t *data; /* borrowed from the mapping; NULL = matrix absent */
     memra_qtype type;
-    int64_t n_in, n_out;    /* per expert */
+    int64_t n_in, n_out; /* per expert */
     size_t row_bytes, expert_stride;
-    int q8;                 /* 1: q8_1 activations + memra_vec_dot_q8_1; 0: dequantize + f32 */
-    const float *scale;     /* owned, [scale_n] or NULL: multiplies row results */
+    int q8;             /* 1: q8_1 activations + memra_vec_dot_q8_1; 0: dequantize + f32 */
+    const float *scale; /* owned, [scale_n] or NULL: multiplies row results */
     int64_t scale_n;
 } ref_mat;
 
 /* An input vector, quantized to q8_1 on first use by a q8 matrix. */
 typedef struct ref_act {
-    const float *x;         /* [n] */
-    memra_block_q8_1 *q;    /* [n/32] */
+    const float *x;      /* [n] */
+    memra_block_q8_1 *q; /* [n/32] */
     int64_t n;
     int quantized;
 } ref_act;
@@ -359,9 +368,9 @@ typedef struct ref_layer {
     float *attn_q_norm, *attn_k_norm; /* [dh] */
     /* GDN */
     ref_mat attn_qkv, attn_gate, ssm_beta, ssm_alpha, ssm_out;
-    float *ssm_conv1d;             /* [Cc, K] */
-    float *ssm_dt_bias, *ssm_a;    /* [Hv] */
-    float *ssm_norm;               /* [dv] */
+    float *ssm_conv1d;          /* [Cc, K] */
+    float *ssm_dt_bias, *ssm_a; /* [Hv] */
+    float *ssm_norm;            /* [dv] */
     /* dense FFN */
     ref_mat ffn_gate, ffn_up, ffn_down;
     /* MoE FFN (gate/up are views into ffn_gate_up_exps when the file fuses them) */
@@ -378,14 +387,20 @@ struct memra_ref_model {
     float *output_norm; /* [D] */
     float **owned;      /* [n_owned] every converted f32 vector */
     size_t n_owned, cap_owned;
-    int64_t max_in; /* largest mat-vec input width: rowbuf stride */
+    int64_t max_in;  /* largest mat-vec input width: rowbuf stride */
     int64_t max_mid; /* largest mid activation (Hq·dh, Cv, F, Fe, Fs) */
     int n_threads;
 };
 
-void memra_ref_model_config_default(memra_ref_model_config *cfg) { cfg->n_threads = 1; }
+void memra_ref_model_config_default(memra_ref_model_config *cfg)
+{
+    cfg->n_threads = 1;
+}
 
-const memra_qwen35_hparams *memra_ref_model_hparams(const memra_ref_model *m) { return &m->hp; }
+const memra_qwen35_hparams *memra_ref_model_hparams(const memra_ref_model *m)
+{
+    return &m->hp;
+}
 
 /* Element-wise tensor → owned f32 copy (qwen35.c accepted only f32/f16/bf16). */
 static int vec_to_f32(memra_ref_model *m, const memra_gguf_tensor *t, float **out, memra_err *err)
@@ -502,7 +517,10 @@ fail:
     return rc;
 }
 
-static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+static int64_t max64(int64_t a, int64_t b)
+{
+    return a > b ? a : b;
+}
 
 int memra_ref_model_open_gguf(memra_gguf *g, const memra_ref_model_config *cfg,
                               memra_ref_model **out, memra_err *err)
@@ -549,8 +567,8 @@ fail:
     return rc;
 }
 
-int memra_ref_model_open(const char *path, const memra_ref_model_config *cfg,
-                         memra_ref_model **out, memra_err *err)
+int memra_ref_model_open(const char *path, const memra_ref_model_config *cfg, memra_ref_model **out,
+                         memra_err *err)
 {
     memra_gguf *g = NULL;
     *out = NULL;
@@ -630,8 +648,9 @@ static void seq_layout(memra_ref_seq *s, arena_cursor *c)
     s->v_cache = arena_take(c, (size_t)hp->n_attn_layers * s->n_ctx * kv, sizeof(uint16_t));
     s->conv = arena_take(c, (size_t)hp->n_recurrent_layers * Cc * (hp->ssm_conv_kernel - 1),
                          sizeof(float));
-    s->ssm = arena_take(c, (size_t)hp->n_recurrent_layers * Hv * hp->ssm_head_v_dim *
-                               hp->ssm_state_size, sizeof(float));
+    s->ssm =
+        arena_take(c, (size_t)hp->n_recurrent_layers * Hv * hp->ssm_head_v_dim * hp->ssm_state_size,
+                   sizeof(float));
     s->x = arena_take(c, D, sizeof(float));
     s->h = arena_take(c, D, sizeof(float));
     s->mix = arena_take(c, D, sizeof(float));
@@ -671,8 +690,8 @@ int memra_ref_seq_init(const memra_ref_model *m, uint32_t n_ctx, memra_ref_seq *
     int rc;
     *out = NULL;
     if (n_ctx == 0 || n_ctx > REF_MAX_CTX)
-        return MEMRA_FAIL(err, MEMRA_ERR_INVALID_ARG, "n_ctx = %u is out of range (1..%u)",
-                          n_ctx, REF_MAX_CTX);
+        return MEMRA_FAIL(err, MEMRA_ERR_INVALID_ARG, "n_ctx = %u is out of range (1..%u)", n_ctx,
+                          REF_MAX_CTX);
     memra_ref_seq *s = calloc(1, sizeof *s);
     if (!s)
         return MEMRA_FAIL(err, MEMRA_ERR_NOMEM, "sequence: out of memory");
@@ -683,8 +702,10 @@ int memra_ref_seq_init(const memra_ref_model *m, uint32_t n_ctx, memra_ref_seq *
     s->arena_bytes = c.off;
     s->arena = calloc(1, s->arena_bytes); /* zero = the state of a fresh sequence */
     if (!s->arena) {
-        rc = MEMRA_FAIL(err, MEMRA_ERR_NOMEM, "sequence: cannot allocate %zu bytes of state "
-                        "(n_ctx = %u)", s->arena_bytes, n_ctx);
+        rc = MEMRA_FAIL(err, MEMRA_ERR_NOMEM,
+                        "sequence: cannot allocate %zu bytes of state "
+                        "(n_ctx = %u)",
+                        s->arena_bytes, n_ctx);
         goto fail;
     }
     c = (arena_cursor){.base = s->arena, .off = 0};
@@ -704,7 +725,10 @@ void memra_ref_seq_free(memra_ref_seq *s)
     free(s);
 }
 
-uint32_t memra_ref_seq_pos(const memra_ref_seq *s) { return s->pos; }
+uint32_t memra_ref_seq_pos(const memra_ref_seq *s)
+{
+    return s->pos;
+}
 
 void memra_ref_seq_reset(memra_ref_seq *s)
 {
@@ -750,9 +774,11 @@ static void block_attention(const memra_ref_model *m, memra_ref_seq *s, const re
         kc[(size_t)s->pos * kv + c] = memra_f32_to_fp16(s->k[c]);
         vc[(size_t)s->pos * kv + c] = memra_f32_to_fp16(s->v[c]);
     }
-    const memra_ref_attn_args args = { /* 6. */
-        .q = s->q, .k_cache = kc, .v_cache = vc, .n_kv = (int64_t)s->pos + 1,
-        .n_head = Hq, .n_head_kv = Hkv, .head_dim = dh, .scratch = s->scores, .out = s->o,
+    const memra_ref_attn_args args = {
+        /* 6. */
+        .q = s->q,    .k_cache = kc,    .v_cache = vc,  .n_kv = (int64_t)s->pos + 1,
+        .n_head = Hq, .n_head_kv = Hkv, .head_dim = dh, .scratch = s->scores,
+        .out = s->o,
     };
     memra_ref_attention(&args);
     for (int64_t i = 0; i < Hq; i++) /* 7. o_i ⊙ σ(gate_i) */
@@ -796,7 +822,7 @@ static void block_gdn(const memra_ref_model *m, memra_ref_seq *s, const ref_laye
         float *oh = s->o + hh * dv;
         memra_ref_delta_rule(S + hh * dv * dk, oh, s->u + a * dk, s->u + Ck + a * dk,
                              s->u + 2 * Ck + hh * dv, beta, expf(g), dk, dv); /* 9. */
-        memra_ref_gated_norm(oh, s->z + hh * dv, ly->ssm_norm, dv, hp->eps); /* 10. */
+        memra_ref_gated_norm(oh, s->z + hh * dv, ly->ssm_norm, dv, hp->eps);  /* 10. */
     }
     ref_act o;
     act_init(&o, s->o, Hv * dv, s->q_mid);
@@ -818,12 +844,12 @@ static void swiglu(const memra_ref_model *m, memra_ref_seq *s, const ref_mat *ga
 }
 
 /* §3.5 MoE: routed experts summed in rank order, plus σ(gate)·shared expert. */
-static void block_moe(const memra_ref_model *m, memra_ref_seq *s, const ref_layer *ly,
-                      ref_act *x, float *out)
+static void block_moe(const memra_ref_model *m, memra_ref_seq *s, const ref_layer *ly, ref_act *x,
+                      float *out)
 {
     const memra_qwen35_hparams *hp = &m->hp;
     const int64_t D = hp->n_embd, k = hp->n_expert_used;
-    matvec(m, s, &ly->router, 0, x, s->router); /* 1. */
+    matvec(m, s, &ly->router, 0, x, s->router);                                          /* 1. */
     memra_ref_moe_route(s->router, hp->n_expert, k, s->probs, s->route_ids, s->route_w); /* 2-3 */
     for (int64_t i = 0; i < D; i++)
         s->moe_acc[i] = 0.0f;
@@ -879,8 +905,10 @@ int memra_ref_forward(const memra_ref_model *m, memra_ref_seq *s, int32_t token,
     if (s->m != m)
         return MEMRA_FAIL(err, MEMRA_ERR_INVALID_ARG, "sequence belongs to another model");
     if (token < 0 || (uint32_t)token >= hp->n_vocab)
-        return MEMRA_FAIL(err, MEMRA_ERR_INVALID_ARG, "token %d is outside the vocabulary "
-                          "(0..%u)", (int)token, hp->n_vocab - 1);
+        return MEMRA_FAIL(err, MEMRA_ERR_INVALID_ARG,
+                          "token %d is outside the vocabulary "
+                          "(0..%u)",
+                          (int)token, hp->n_vocab - 1);
     if (s->pos >= s->n_ctx)
         return MEMRA_FAIL(err, MEMRA_ERR_CAPACITY, "sequence is full (n_ctx = %u)", s->n_ctx);
     const ref_mat *te = &m->token_embd; /* 1. embedding row (×NVFP4 scale), no other scaling */

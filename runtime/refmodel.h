@@ -44,8 +44,8 @@ void memra_ref_model_config_default(memra_ref_model_config *cfg);
 /* Open a GGUF file, load and validate hparams, bind and check every tensor, convert the small
  * element-wise tensors (norms, conv taps, ssm_a, dt bias, scales) to f32. cfg may be NULL
  * (defaults). The weights stay memory-mapped. */
-int memra_ref_model_open(const char *path, const memra_ref_model_config *cfg,
-                         memra_ref_model **out, memra_err *err);
+int memra_ref_model_open(const char *path, const memra_ref_model_config *cfg, memra_ref_model **out,
+                         memra_err *err);
 /* Same over an already opened GGUF; the model takes ownership of g (closed by _close, also on
  * failure). */
 int memra_ref_model_open_gguf(memra_gguf *g, const memra_ref_model_config *cfg,
@@ -59,7 +59,7 @@ const memra_qwen35_hparams *memra_ref_model_hparams(const memra_ref_model *m);
  * outlive the sequence. Distinct sequences may run on distinct threads concurrently. */
 int memra_ref_seq_init(const memra_ref_model *m, uint32_t n_ctx, memra_ref_seq **out,
                        memra_err *err);
-void memra_ref_seq_free(memra_ref_seq *s); /* NULL is a no-op */
+void memra_ref_seq_free(memra_ref_seq *s);          /* NULL is a no-op */
 uint32_t memra_ref_seq_pos(const memra_ref_seq *s); /* tokens consumed so far */
 /* Forget everything: position 0, zero recurrent state (the KV cache is overwritten later). */
 void memra_ref_seq_reset(memra_ref_seq *s);

@@ -58,9 +58,18 @@ static void r64_l2_norm(double *y, const double *x, int64_t n, double eps)
         y[i] = x[i] / nrm;
 }
 
-static double r64_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
-static double r64_silu(double x) { return x * r64_sigmoid(x); }
-static double r64_softplus(double x) { return x > 20 ? x : log1p(exp(x)); }
+static double r64_sigmoid(double x)
+{
+    return 1.0 / (1.0 + exp(-x));
+}
+static double r64_silu(double x)
+{
+    return x * r64_sigmoid(x);
+}
+static double r64_softplus(double x)
+{
+    return x > 20 ? x : log1p(exp(x));
+}
 
 /*
  * IMRoPE position source per rotary pair, built constructively from the description "sectors
@@ -190,7 +199,8 @@ START_TEST(test_rms_norm)
         int64_t n = k_norm_sizes[si];
         float *x = malloc(n * sizeof *x), *w = malloc(n * sizeof *w), *y = malloc(n * sizeof *y);
         float *want = malloc(n * sizeof *want);
-        double *xd = malloc(n * sizeof *xd), *wd = malloc(n * sizeof *wd), *yd = malloc(n * sizeof *yd);
+        double *xd = malloc(n * sizeof *xd), *wd = malloc(n * sizeof *wd),
+               *yd = malloc(n * sizeof *yd);
         for (int use_w = 0; use_w < 2; use_w++) {
             fill_normal(&r, x, n, 3.0f);
             for (int64_t i = 0; i < n; i++)
@@ -217,7 +227,8 @@ START_TEST(test_l2_norm)
     tu_rng_seed(&r, 102);
     for (size_t si = 0; si < N_NORM_SIZES; si++) {
         int64_t n = k_norm_sizes[si];
-        float *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y), *want = malloc(n * sizeof *want);
+        float *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y),
+              *want = malloc(n * sizeof *want);
         double *xd = malloc(n * sizeof *xd), *yd = malloc(n * sizeof *yd);
         /* scale 1e-8: ||x|| < eps = 1e-6 for small n, exercising the max(·, eps) branch */
         const float scales[] = {1.0f, 1e-8f, 50.0f};
@@ -261,7 +272,8 @@ START_TEST(test_softmax)
     tu_rng_seed(&r, 103);
     for (size_t si = 0; si < N_NORM_SIZES; si++) {
         int64_t n = k_norm_sizes[si];
-        float *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y), *want = malloc(n * sizeof *want);
+        float *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y),
+              *want = malloc(n * sizeof *want);
         fill_normal(&r, x, n, 4.0f);
         x[n - 1] += 1000.0f * (si % 2); /* a huge logit must not overflow */
         double mx = -INFINITY, sum = 0;
@@ -282,13 +294,16 @@ END_TEST
 
 START_TEST(test_rope)
 {
-    static const struct { int64_t head_dim, n_rot; int32_t sec[4]; } cases[] = {
-        {2, 2, {1, 0, 0, 0}},          /* size 1: one pair */
-        {8, 8, {1, 1, 1, 1}},          /* pair 3 falls to e: angle 0 */
-        {12, 8, {2, 1, 1, 2}},         /* partial rotary, dims 8..11 pass through */
-        {256, 64, {11, 11, 10, 0}},    /* Qwen3.5: collapses to plain NEOX */
-        {64, 64, {3, 2, 5, 6}},        /* many e sectors */
-        {16, 6, {1, 1, 1, 0}},         /* odd pair count */
+    static const struct {
+        int64_t head_dim, n_rot;
+        int32_t sec[4];
+    } cases[] = {
+        {2, 2, {1, 0, 0, 0}},       /* size 1: one pair */
+        {8, 8, {1, 1, 1, 1}},       /* pair 3 falls to e: angle 0 */
+        {12, 8, {2, 1, 1, 2}},      /* partial rotary, dims 8..11 pass through */
+        {256, 64, {11, 11, 10, 0}}, /* Qwen3.5: collapses to plain NEOX */
+        {64, 64, {3, 2, 5, 6}},     /* many e sectors */
+        {16, 6, {1, 1, 1, 0}},      /* odd pair count */
     };
     static const int64_t positions[] = {0, 1, 17, 4095, 262143};
     const float bases[] = {10000.0f, 1e7f};
@@ -343,9 +358,15 @@ static void check_attention(tu_rng *r, int64_t Hq, int64_t Hkv, int64_t dh, int6
         r64_attn_head(od, qd, kd + j * dh, vd + j * dh, kvd, n_kv, dh);
         to_f32(want + i * dh, od, dh);
     }
-    const memra_ref_attn_args a = {.q = q, .k_cache = kc, .v_cache = vc, .n_kv = n_kv,
-                                   .n_head = Hq, .n_head_kv = Hkv, .head_dim = dh,
-                                   .scratch = scratch, .out = out};
+    const memra_ref_attn_args a = {.q = q,
+                                   .k_cache = kc,
+                                   .v_cache = vc,
+                                   .n_kv = n_kv,
+                                   .n_head = Hq,
+                                   .n_head_kv = Hkv,
+                                   .head_dim = dh,
+                                   .scratch = scratch,
+                                   .out = out};
     memra_ref_attention(&a);
     /* f32: a score is a dh-term sum (γ_dh·Σ|q k| ≲ dh·u·dh for N(0,1) data), it enters
      * exp(), the output a n_kv-term sum of |α v| ≤ 2·4: bound (dh·dh/sqrt(dh) + n_kv + 8)·u·8
@@ -360,8 +381,8 @@ START_TEST(test_attention)
 {
     static const int64_t cases[][4] = {
         /* Hq, Hkv, dh, n_kv */
-        {1, 1, 1, 1}, {4, 2, 8, 5}, {8, 1, 64, 33}, {6, 3, 16, 1}, {16, 4, 256, 7},
-        {24, 4, 32, 100}, {2, 2, 3, 2},
+        {1, 1, 1, 1},    {4, 2, 8, 5},     {8, 1, 64, 33}, {6, 3, 16, 1},
+        {16, 4, 256, 7}, {24, 4, 32, 100}, {2, 2, 3, 2},
     };
     tu_rng r;
     tu_rng_seed(&r, 106);
@@ -386,9 +407,15 @@ START_TEST(test_attention_gqa_mapping)
                 kc[(t * Hkv + j) * dh + c] = memra_f32_to_fp16(tu_rng_normal(&r));
                 vc[(t * Hkv + j) * dh + c] = memra_f32_to_fp16((float)(j + 1));
             }
-    const memra_ref_attn_args a = {.q = q, .k_cache = kc, .v_cache = vc, .n_kv = n_kv,
-                                   .n_head = Hq, .n_head_kv = Hkv, .head_dim = dh,
-                                   .scratch = scratch, .out = out};
+    const memra_ref_attn_args a = {.q = q,
+                                   .k_cache = kc,
+                                   .v_cache = vc,
+                                   .n_kv = n_kv,
+                                   .n_head = Hq,
+                                   .n_head_kv = Hkv,
+                                   .head_dim = dh,
+                                   .scratch = scratch,
+                                   .out = out};
     memra_ref_attention(&a);
     for (int64_t i = 0; i < Hq; i++)
         for (int64_t c = 0; c < dh; c++) /* (Σ p·c)/Σ p: n_kv + 2 roundings */
@@ -449,7 +476,8 @@ START_TEST(test_delta_rule)
         float *q = malloc(dk * sizeof *q), *k = malloc(dk * sizeof *k), *v = malloc(dv * sizeof *v);
         float *want = malloc(dv * sizeof *want), *Swant = malloc(dk * dv * sizeof *Swant);
         double *S = calloc(dk * dv, sizeof *S), *od = malloc(dv * sizeof *od);
-        double *qd = malloc(dk * sizeof *qd), *kd = malloc(dk * sizeof *kd), *vd = malloc(dv * sizeof *vd);
+        double *qd = malloc(dk * sizeof *qd), *kd = malloc(dk * sizeof *kd),
+               *vd = malloc(dv * sizeof *vd);
         for (int64_t t = 0; t < T; t++) {
             fill_normal(&r, q, dk, 1.0f);
             fill_normal(&r, k, dk, 1.0f);
@@ -533,8 +561,8 @@ static void r64_route(const float *lg, int64_t E, int64_t k, int32_t *ids, doubl
 
 START_TEST(test_moe_route)
 {
-    static const int64_t cases[][2] = {{1, 1}, {4, 1}, {8, 2}, {64, 8}, {256, 8}, {10, 10},
-                                       {512, 10}};
+    static const int64_t cases[][2] = {{1, 1},   {4, 1},   {8, 2},   {64, 8},
+                                       {256, 8}, {10, 10}, {512, 10}};
     tu_rng r;
     tu_rng_seed(&r, 111);
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
@@ -553,9 +581,10 @@ START_TEST(test_moe_route)
             memra_ref_moe_route(lg, E, k, probs, ids, w);
             r64_route(lg, E, k, want_ids, wd);
             for (int64_t q = 0; q < k; q++) {
-                ck_assert_msg(ids[q] == want_ids[q], "E=%lld k=%lld rep=%d rank %lld: expert %d, "
-                              "want %d", (long long)E, (long long)k, rep, (long long)q, ids[q],
-                              want_ids[q]);
+                ck_assert_msg(ids[q] == want_ids[q],
+                              "E=%lld k=%lld rep=%d rank %lld: expert %d, "
+                              "want %d",
+                              (long long)E, (long long)k, rep, (long long)q, ids[q], want_ids[q]);
                 ww[q] = (float)wd[q];
             }
             /* softmax (E+8)u, k-term sum ku, one division */
@@ -570,8 +599,8 @@ START_TEST(test_moe_route)
     lg[7] = 0.01f;
     memra_ref_moe_route(lg, E, 1, probs, &id, &w1);
     ck_assert_int_eq(id, 7);
-    ck_assert_msg(fabs(w1 - probs[7] / 6.103515625e-5f) < 4 * U32 && w1 < 0.9f,
-                  "clamped weight %g", (double)w1);
+    ck_assert_msg(fabs(w1 - probs[7] / 6.103515625e-5f) < 4 * U32 && w1 < 0.9f, "clamped weight %g",
+                  (double)w1);
     free(lg), free(probs);
 }
 END_TEST
@@ -595,31 +624,44 @@ typedef struct mini_cfg {
     const char *arch; /* "qwen35" | "qwen35moe" | anything (for refusal tests) */
     uint32_t L, D, Hq, Hkv, dh, R, F, Hk, Hv, dk, K, interval, E, k, Fe, Fs, V;
     uint64_t seed;
-    int tie_output;             /* omit output.weight */
-    int fuse_gate_up;           /* ffn_gate_up_exps instead of gate/up */
-    int copy_embd_to_output;    /* output.weight = token_embd data (for the tie test) */
-    const char *scale_base;     /* "<base>.scale" companion with value 2 (E entries for exps) */
-    int scale_alt_name;         /* 1: name it "<base>.weight.scale"; 2: write both names */
-    const char *double_tensor;  /* this tensor's data ×2 */
-    const char *omit_key;       /* key suffix after "<arch>." (or a full key) not written */
+    int tie_output;            /* omit output.weight */
+    int fuse_gate_up;          /* ffn_gate_up_exps instead of gate/up */
+    int copy_embd_to_output;   /* output.weight = token_embd data (for the tie test) */
+    const char *scale_base;    /* "<base>.scale" companion with value 2 (E entries for exps) */
+    int scale_alt_name;        /* 1: name it "<base>.weight.scale"; 2: write both names */
+    const char *double_tensor; /* this tensor's data ×2 */
+    const char *omit_key;      /* key suffix after "<arch>." (or a full key) not written */
     const char *omit_tensor;
     const char *bad_shape_tensor; /* ne0 + 1 */
     const char *bad_type_tensor;  /* written as I32 */
     const char *extra_tensor;     /* an additional f32 {1} tensor */
     const char *override_key;     /* u32 key suffix written with override_val instead */
     uint32_t override_val;
-    int n_sections;               /* entries of rope.dimension_sections (default 4) */
-    int ff_per_layer;             /* 1: feed_forward_length as [L] array; 2: with layer 0 +1 */
-    int head_count_per_layer;     /* head_count as [L] array with 0 on GDN layers */
+    int n_sections;           /* entries of rope.dimension_sections (default 4) */
+    int ff_per_layer;         /* 1: feed_forward_length as [L] array; 2: with layer 0 +1 */
+    int head_count_per_layer; /* head_count as [L] array with 0 on GDN layers */
 } mini_cfg;
 
 /* Dense: 4 layers (3 GDN + 1 attention); every width off the 32-grid so the forward pass
  * uses the f32 mat-vec path exactly (no q8_1 rounding). */
 static mini_cfg mini_dense(void)
 {
-    return (mini_cfg){.arch = "qwen35", .L = 4, .D = 40, .Hq = 4, .Hkv = 2, .dh = 12, .R = 8,
-                      .F = 56, .Hk = 2, .Hv = 4, .dk = 6, .K = 4, .interval = 4, .V = 300,
-                      .seed = 7, .n_sections = 4};
+    return (mini_cfg){.arch = "qwen35",
+                      .L = 4,
+                      .D = 40,
+                      .Hq = 4,
+                      .Hkv = 2,
+                      .dh = 12,
+                      .R = 8,
+                      .F = 56,
+                      .Hk = 2,
+                      .Hv = 4,
+                      .dk = 6,
+                      .K = 4,
+                      .interval = 4,
+                      .V = 300,
+                      .seed = 7,
+                      .n_sections = 4};
 }
 
 static mini_cfg mini_moe(void)
@@ -668,8 +710,8 @@ static void mini_add(mini_list *ls, const mini_cfg *c, int kind, int n_dims, int
 }
 
 /* Spec §2, in order. A `.scale` companion follows its matrix when cfg asks for it. */
-static void mini_mat(mini_list *ls, const mini_cfg *c, const char *base_fmt, int layer,
-                     int64_t in, int64_t out, int64_t ne2)
+static void mini_mat(mini_list *ls, const mini_cfg *c, const char *base_fmt, int layer, int64_t in,
+                     int64_t out, int64_t ne2)
 {
     char base[64], wname[80];
     snprintf(base, sizeof base, base_fmt, layer);
@@ -758,7 +800,8 @@ static void mini_fill(const mini_cfg *c, const mini_tensor *t, float *x)
         char nm[96];
         snprintf(nm, sizeof nm, "%s", src);
         if (fused) { /* rows [0,Fe) → gate_exps, [Fe,2Fe) → up_exps */
-            int64_t i = idx % t->ne[0], row = (idx / t->ne[0]) % t->ne[1], e = idx / (t->ne[0] * t->ne[1]);
+            int64_t i = idx % t->ne[0], row = (idx / t->ne[0]) % t->ne[1],
+                    e = idx / (t->ne[0] * t->ne[1]);
             int up = row >= c->Fe;
             snprintf(nm + (fused - src), sizeof nm - (size_t)(fused - src), "%s.weight",
                      up ? "ffn_up_exps" : "ffn_gate_exps");
@@ -767,13 +810,27 @@ static void mini_fill(const mini_cfg *c, const mini_tensor *t, float *x)
         tu_rng_seed(&r, c->seed ^ fnv1a(nm) ^ ((uint64_t)key * 0x9E3779B97F4A7C15ull));
         float g = tu_rng_normal(&r), u = tu_rng_uniform(&r);
         switch (kind) {
-        case MK_MAT: x[idx] = g / sqrtf((float)t->ne[0]); break;
-        case MK_NORM: x[idx] = 1.0f + 0.2f * g; break;
-        case MK_EMBD: x[idx] = g; break;
-        case MK_CONV: x[idx] = g / sqrtf((float)t->ne[0]); break;
-        case MK_SSM_A: x[idx] = -(0.5f + 4.0f * u); break; /* −exp(A_log) ∈ [−4.5, −0.5] */
-        case MK_DT: x[idx] = 0.5f * g; break;
-        default: x[idx] = t->value; break;
+        case MK_MAT:
+            x[idx] = g / sqrtf((float)t->ne[0]);
+            break;
+        case MK_NORM:
+            x[idx] = 1.0f + 0.2f * g;
+            break;
+        case MK_EMBD:
+            x[idx] = g;
+            break;
+        case MK_CONV:
+            x[idx] = g / sqrtf((float)t->ne[0]);
+            break;
+        case MK_SSM_A:
+            x[idx] = -(0.5f + 4.0f * u);
+            break; /* −exp(A_log) ∈ [−4.5, −0.5] */
+        case MK_DT:
+            x[idx] = 0.5f * g;
+            break;
+        default:
+            x[idx] = t->value;
+            break;
         }
         if (c->double_tensor && strcmp(c->double_tensor, t->name) == 0)
             x[idx] *= 2.0f;
@@ -1007,7 +1064,7 @@ START_TEST(test_hparams_defaults)
     ck_assert_msg(mini_load(&c, 1, &hp, &err) == MEMRA_OK, "%s", err.msg);
     ck_assert_uint_eq(hp.head_dim, 10);
     c = mini_dense();
-    c.ff_per_layer = 1; /* per-layer array, all equal */
+    c.ff_per_layer = 1;         /* per-layer array, all equal */
     c.head_count_per_layer = 1; /* [0, 0, 0, 4]: 0 on GDN layers is ignored */
     ck_assert_msg(mini_load(&c, 1, &hp, &err) == MEMRA_OK, "%s", err.msg);
     ck_assert_uint_eq(hp.n_ff, 56);
@@ -1027,9 +1084,16 @@ END_TEST
 START_TEST(test_hparams_missing_keys)
 {
     static const char *required[] = {
-        "context_length", "embedding_length", "block_count",
-        "attention.layer_norm_rms_epsilon", "rope.dimension_sections", "ssm.conv_kernel",
-        "ssm.inner_size", "ssm.state_size", "ssm.time_step_rank", "ssm.group_count",
+        "context_length",
+        "embedding_length",
+        "block_count",
+        "attention.layer_norm_rms_epsilon",
+        "rope.dimension_sections",
+        "ssm.conv_kernel",
+        "ssm.inner_size",
+        "ssm.state_size",
+        "ssm.time_step_rank",
+        "ssm.group_count",
     };
     for (size_t i = 0; i < sizeof required / sizeof required[0]; i++) {
         mini_cfg c = mini_dense();
@@ -1047,11 +1111,16 @@ END_TEST
 
 START_TEST(test_hparams_refusals)
 {
-    static const struct { const char *key; uint32_t val; int code; const char *needle; } cases[] = {
-        {"attention.key_length", 14, MEMRA_ERR_FORMAT, "key_length"},  /* != value_length */
-        {"ssm.inner_size", 30, MEMRA_ERR_FORMAT, "inner_size"},        /* Hv does not divide */
-        {"ssm.inner_size", 32, MEMRA_ERR_FORMAT, "state_size"},        /* dv = 8 != dk = 6 */
-        {"ssm.group_count", 3, MEMRA_ERR_FORMAT, "group_count"},       /* Hv % Hk != 0 */
+    static const struct {
+        const char *key;
+        uint32_t val;
+        int code;
+        const char *needle;
+    } cases[] = {
+        {"attention.key_length", 14, MEMRA_ERR_FORMAT, "key_length"}, /* != value_length */
+        {"ssm.inner_size", 30, MEMRA_ERR_FORMAT, "inner_size"},       /* Hv does not divide */
+        {"ssm.inner_size", 32, MEMRA_ERR_FORMAT, "state_size"},       /* dv = 8 != dk = 6 */
+        {"ssm.group_count", 3, MEMRA_ERR_FORMAT, "group_count"},      /* Hv % Hk != 0 */
         {"attention.head_count", 3, MEMRA_ERR_FORMAT, "head_count_kv"},
         {"rope.dimension_count", 7, MEMRA_ERR_FORMAT, "rope.dimension_count"},  /* odd */
         {"rope.dimension_count", 14, MEMRA_ERR_FORMAT, "rope.dimension_count"}, /* > dh */
@@ -1115,9 +1184,10 @@ END_TEST
 
 START_TEST(test_bind_refusals)
 {
-    static const char *missing[] = {"blk.3.attn_k.weight", "blk.0.ssm_a", "blk.1.ssm_dt.bias",
-                                    "output_norm.weight", "blk.2.ssm_norm.weight",
-                                    "blk.3.attn_q_norm.weight", "blk.0.ffn_down.weight"};
+    static const char *missing[] = {"blk.3.attn_k.weight",   "blk.0.ssm_a",
+                                    "blk.1.ssm_dt.bias",     "output_norm.weight",
+                                    "blk.2.ssm_norm.weight", "blk.3.attn_q_norm.weight",
+                                    "blk.0.ffn_down.weight"};
     for (size_t i = 0; i < sizeof missing / sizeof missing[0]; i++) {
         mini_cfg c = mini_dense();
         c.omit_tensor = missing[i];
@@ -1167,8 +1237,8 @@ typedef struct r64_model {
     const memra_gguf *g;
     memra_qwen35_hparams hp;
     int64_t pos;
-    double **kc, **vc;   /* [L] [n_ctx, Hkv·dh] (NULL for GDN layers) */
-    double **conv, **S;  /* [L] [Cc, K-1], [Hv][dk·dv] (NULL for attention layers) */
+    double **kc, **vc;  /* [L] [n_ctx, Hkv·dh] (NULL for GDN layers) */
+    double **conv, **S; /* [L] [Cc, K-1], [Hv][dk·dv] (NULL for attention layers) */
     int64_t n_ctx;
 } r64_model;
 
@@ -1254,8 +1324,8 @@ static void r64_attn_block(r64_model *m, int l, const double *h, double *out)
     }
     for (int64_t i = 0; i < Hq; i++) {
         int64_t j = i / (Hq / Hkv);
-        r64_attn_head(o + i * dh, q + i * dh, m->kc[l] + j * dh, m->vc[l] + j * dh, kvd,
-                      m->pos + 1, dh);
+        r64_attn_head(o + i * dh, q + i * dh, m->kc[l] + j * dh, m->vc[l] + j * dh, kvd, m->pos + 1,
+                      dh);
         for (int64_t c = 0; c < dh; c++)
             o[i * dh + c] *= r64_sigmoid(qg[2 * dh * i + dh + c]);
     }
@@ -1307,8 +1377,8 @@ static void r64_gdn_block(r64_model *m, int l, const double *h, double *out)
     r64_mv(m, "blk.%d.ssm_out", l, 0, Cv, D, o, out);
 }
 
-static void r64_swiglu(r64_model *m, const char *g_fmt, const char *u_fmt, const char *d_fmt,
-                       int l, int64_t e, int64_t F, const double *x, double *out)
+static void r64_swiglu(r64_model *m, const char *g_fmt, const char *u_fmt, const char *d_fmt, int l,
+                       int64_t e, int64_t F, const double *x, double *out)
 {
     double g[512], u[512];
     const int64_t D = m->hp.n_embd;
@@ -1444,8 +1514,8 @@ static void run_tokens(const memra_ref_model *m, const int32_t *tok, int n, floa
     const uint32_t V = memra_ref_model_hparams(m)->n_vocab;
     ck_assert_int_eq(memra_ref_seq_init(m, (uint32_t)n, &s, &err), MEMRA_OK);
     for (int t = 0; t < n; t++)
-        ck_assert_msg(memra_ref_forward(m, s, tok[t], out + (size_t)t * V, &err) == MEMRA_OK,
-                      "%s", err.msg);
+        ck_assert_msg(memra_ref_forward(m, s, tok[t], out + (size_t)t * V, &err) == MEMRA_OK, "%s",
+                      err.msg);
     memra_ref_seq_free(s);
 }
 
@@ -1739,8 +1809,7 @@ static void load_expected(const char *preset, expected_run *e)
             e->logits_xxh64 = strtoull(line + 14, NULL, 16);
     }
     fclose(f);
-    ck_assert_msg(e->n_prompt > 0 && e->n_ids > 0 && e->logits_xxh64 != 0, "%s is incomplete",
-                  rel);
+    ck_assert_msg(e->n_prompt > 0 && e->n_ids > 0 && e->logits_xxh64 != 0, "%s is incomplete", rel);
 }
 
 /* Greedy generation exactly as memra-run does it: feed the prompt, then each argmax, until
@@ -1775,10 +1844,22 @@ static void greedy(const memra_ref_model *m, const int32_t *prompt, int n_prompt
  * ~2× those. The small shape keeps every row a multiple of 256 as the K-quants need.
  */
 static const memra_forge_shape k_small_shape = {
-    .name = "refmodel-small", .arch = "qwen35", .n_layer = 2, .n_embd = 256, .n_head = 4,
-    .n_head_kv = 2, .head_dim = 64, .rope_dim = 16, .n_ff = 256, .ssm_n_group = 2,
-    .ssm_dt_rank = 4, .ssm_d_state = 64, .ssm_d_conv = 4, .full_attn_interval = 2,
-    .n_ctx_train = 4096, .provenance = "test_refmodel: one GDN + one attention layer",
+    .name = "refmodel-small",
+    .arch = "qwen35",
+    .n_layer = 2,
+    .n_embd = 256,
+    .n_head = 4,
+    .n_head_kv = 2,
+    .head_dim = 64,
+    .rope_dim = 16,
+    .n_ff = 256,
+    .ssm_n_group = 2,
+    .ssm_dt_rank = 4,
+    .ssm_d_state = 64,
+    .ssm_d_conv = 4,
+    .full_attn_interval = 2,
+    .n_ctx_train = 4096,
+    .provenance = "test_refmodel: one GDN + one attention layer",
 };
 
 static void forge_small(const char *type, char *path, size_t n)
@@ -1795,10 +1876,13 @@ static void forge_small(const char *type, char *path, size_t n)
 
 START_TEST(test_weight_types_close_to_f32)
 {
-    static const struct { const char *type; double max_rel; } types[] = {
-        {"f16", 0.03}, {"bf16", 0.04}, {"q8_0", 0.05}, {"q6_k", 0.1}, {"q5_k", 0.2},
-        {"q4_k", 0.35}, {"q4_0", 0.4}, {"iq4_xs", 0.35}, {"mxfp4", 0.6}, {"nvfp4", 0.35},
-        {"q4_k_m", 0.35},
+    static const struct {
+        const char *type;
+        double max_rel;
+    } types[] = {
+        {"f16", 0.03},  {"bf16", 0.04},  {"q8_0", 0.05},   {"q6_k", 0.1},
+        {"q5_k", 0.2},  {"q4_k", 0.35},  {"q4_0", 0.4},    {"iq4_xs", 0.35},
+        {"mxfp4", 0.6}, {"nvfp4", 0.35}, {"q4_k_m", 0.35},
     };
     enum { N = 4 };
     const int32_t tok[N] = {3, 500, 77, 1000};
@@ -1827,8 +1911,10 @@ START_TEST(test_weight_types_close_to_f32)
         if (getenv("MEMRA_TEST_VERBOSE"))
             fprintf(stderr, "%-7s relative L2 distance of logits to f32: %.4f\n", types[i].type,
                     rel);
-        ck_assert_msg(rel < types[i].max_rel, "%s: logits %.3f away from the f32 file's (bound "
-                      "%.3f)", types[i].type, rel, types[i].max_rel);
+        ck_assert_msg(rel < types[i].max_rel,
+                      "%s: logits %.3f away from the f32 file's (bound "
+                      "%.3f)",
+                      types[i].type, rel, types[i].max_rel);
         memra_ref_model_close(m);
         unlink(path);
     }
@@ -1857,7 +1943,8 @@ static void check_expected(const char *preset)
         ck_assert_msg(ids[i] == e.ids[i], "%s: generated id %d is %d, committed %d", preset, i,
                       ids[i], e.ids[i]);
     unsigned long long h = XXH64(logits, V * sizeof *logits, 0);
-    ck_assert_msg(h == e.logits_xxh64, "%s: logits xxh64 %016llx, committed %016llx (an "
+    ck_assert_msg(h == e.logits_xxh64,
+                  "%s: logits xxh64 %016llx, committed %016llx (an "
                   "unintended numeric change, or regenerate with regen.sh and say why)",
                   preset, h, e.logits_xxh64);
     greedy(m2, e.prompt, e.n_prompt, e.n_ids, ids2, logits2);
@@ -1869,10 +1956,16 @@ static void check_expected(const char *preset)
     unlink(path);
 }
 
-START_TEST(test_tiny_expected) { check_expected("tiny"); }
+START_TEST(test_tiny_expected)
+{
+    check_expected("tiny");
+}
 END_TEST
 
-START_TEST(test_tiny_moe_expected) { check_expected("tiny-moe"); }
+START_TEST(test_tiny_moe_expected)
+{
+    check_expected("tiny-moe");
+}
 END_TEST
 
 /*
@@ -1984,8 +2077,8 @@ START_TEST(test_forged_stability)
     for (int i = 0; i < 2; i++) {
         unlink(jobs[i].path);
         if (getenv("MEMRA_TEST_VERBOSE"))
-            fprintf(stderr, "%s: %d steps, min logit std %.3f, %d distinct ids\n",
-                    jobs[i].preset, STABILITY_TOKENS, jobs[i].min_std, jobs[i].n_distinct);
+            fprintf(stderr, "%s: %d steps, min logit std %.3f, %d distinct ids\n", jobs[i].preset,
+                    STABILITY_TOKENS, jobs[i].min_std, jobs[i].n_distinct);
         ck_assert_msg(!jobs[i].fail[0], "%s: %s", jobs[i].preset, jobs[i].fail);
     }
 }
