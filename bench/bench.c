@@ -123,23 +123,6 @@ int memra_bench_copy_bw_host(uint64_t bytes, uint32_t reps, double *best_gbs, do
     return MEMRA_OK;
 }
 
-static void rm_dir(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (!d)
-        return;
-    struct dirent *e;
-    char p[1024];
-    while ((e = readdir(d)) != NULL) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-            continue;
-        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        unlink(p);
-    }
-    closedir(d);
-    rmdir(dir);
-}
-
 static int make_tmp_dir(char *buf, size_t n, const char *what, memra_err *err)
 {
     const char *tmp = getenv("TMPDIR");
@@ -576,7 +559,7 @@ static int phase_op(bench_ctx *c, bench_eng *base, uint32_t op, int graphs, memr
     rc = memra_bench_plans_double_op(r->plans_dir, dir, op, err);
     if (rc == MEMRA_OK)
         rc = eng_open(c, &pair[1], dir, graphs, err);
-    rm_dir(dir); /* the backend validated and copied everything at open */
+    memra_planner_remove_dir(dir); /* the backend validated and copied everything at open */
     for (uint32_t ti = 0; ti < c->o->n_tiers && rc == MEMRA_OK; ti++)
         for (uint32_t di = 0; di < c->o->n_depths && rc == MEMRA_OK; di++) {
             memra_bench_case cs[BENCH_MAX_ENG];
@@ -724,9 +707,9 @@ int memra_bench_run(const memra_bench_opts *opts, memra_bench_report **out, memr
     rc = MEMRA_OK;
 fail:
     if (c.r && c.r->plans_generated)
-        rm_dir(c.r->plans_dir);
+        memra_planner_remove_dir(c.r->plans_dir);
     else if (*out && (*out)->plans_generated)
-        rm_dir((*out)->plans_dir);
+        memra_planner_remove_dir((*out)->plans_dir);
     memra_bench_report_free(c.r);
     memra_gguf_close(c.g);
     free(c.ref);

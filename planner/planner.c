@@ -18,7 +18,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <time.h>
 
 #include "lua_host.h"
@@ -589,4 +591,24 @@ void memra_planner_print_summary(const memra_planner_result *r, void *file)
     for (uint32_t i = 0; i < r->n_plans && i < n_stages; i++)
         print_ops(f, &r->plans[i]);
     print_kernels(f, r);
+}
+
+void memra_planner_remove_dir(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    char p[1200];
+    while (d && (e = readdir(d)) != NULL) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        struct stat st;
+        if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode))
+            memra_planner_remove_dir(p);
+        else
+            unlink(p);
+    }
+    if (d)
+        closedir(d);
+    rmdir(dir);
 }

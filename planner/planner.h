@@ -66,6 +66,10 @@ typedef struct memra_planner_result {
 int memra_planner_run(const memra_planner_opts *o, memra_planner_result **res, memra_err *err);
 void memra_planner_result_free(memra_planner_result *r);
 
+/* Remove a plan directory (typically a temporary one a host or test planned into) and
+ * everything below it. Best effort: a missing directory is fine. */
+void memra_planner_remove_dir(const char *dir);
+
 /* Print the summary block memra-plan shows (launches, bytes, arena, kernels). */
 void memra_planner_print_summary(const memra_planner_result *r, void *file /* FILE * */);
 

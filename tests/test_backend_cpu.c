@@ -66,23 +66,6 @@ static const memra_forge_shape k_small_moe = {
     .n_expert = 8, .n_expert_used = 2, .n_ff_exp = 64, .n_ff_shexp = 96, .n_vocab = 0,
     .n_ctx_train = 4096, .provenance = "tests/test_backend_cpu.c"};
 
-static void rm_dir(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (!d)
-        return;
-    struct dirent *e;
-    char p[1024];
-    while ((e = readdir(d)) != NULL) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-            continue;
-        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        unlink(p);
-    }
-    closedir(d);
-    rmdir(dir);
-}
-
 static int plan_dir(const char *model, const char *dir, uint32_t n_stages, const uint32_t *tiers,
                     uint32_t n_tiers, uint32_t kv_dtype)
 {
@@ -146,9 +129,9 @@ static void fix_setup(model_fix *f, const char *preset, const memra_forge_shape 
 static void fix_teardown(model_fix *f)
 {
     unlink(f->path);
-    rm_dir(f->plans1);
-    rm_dir(f->plans2);
-    rm_dir(f->plans_q8);
+    memra_planner_remove_dir(f->plans1);
+    memra_planner_remove_dir(f->plans2);
+    memra_planner_remove_dir(f->plans_q8);
 }
 
 static void dense_setup(void)

@@ -37,23 +37,6 @@
 static char g_model[512], g_plans[512]; /* forged tiny model; its plans, tiers 1,2 */
 static int g_ok;
 
-static void rm_dir(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (!d)
-        return;
-    struct dirent *e;
-    char p[1024];
-    while ((e = readdir(d)) != NULL) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-            continue;
-        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        unlink(p);
-    }
-    closedir(d);
-    rmdir(dir);
-}
-
 static void fix_setup(void)
 {
     memra_err err;
@@ -88,7 +71,7 @@ static void fix_setup(void)
 static void fix_teardown(void)
 {
     unlink(g_model);
-    rm_dir(g_plans);
+    memra_planner_remove_dir(g_plans);
 }
 
 /* A bench run on the fixture model with small settings; the caller adjusts o first. */
@@ -455,7 +438,7 @@ START_TEST(test_bench_double_op)
         memra_plan_free(q);
     }
     memra_gguf_close(g);
-    rm_dir(dir);
+    memra_planner_remove_dir(dir);
     ck_assert_int_eq(memra_bench_plans_double_op(g_plans, dir, MEMRA_OP_COUNT, &err),
                      MEMRA_ERR_INVALID_ARG);
     ck_assert_int_eq(memra_bench_plans_double_op("/nonexistent/plans", dir, 0, &err),

@@ -43,26 +43,6 @@ static char g_tiny[600], g_moe[600];
 static char g_plans[600];     /* tiny, default tiers, one stage */
 static memra_gguf *g_g;       /* tiny */
 
-static void rm_tree(const char *dir)
-{
-    DIR *d = opendir(dir);
-    struct dirent *e;
-    char p[1200];
-    while (d && (e = readdir(d))) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-            continue;
-        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        struct stat st;
-        if (stat(p, &st) == 0 && S_ISDIR(st.st_mode))
-            rm_tree(p);
-        else
-            remove(p);
-    }
-    if (d)
-        closedir(d);
-    rmdir(dir);
-}
-
 static void forge(const char *preset, const char *path)
 {
     memra_forge_opts o;
@@ -140,7 +120,7 @@ static void teardown(void)
 {
     memra_gguf_close(g_g);
     g_g = NULL;
-    rm_tree(g_root);
+    memra_planner_remove_dir(g_root);
 }
 
 static char *read_text(const char *path, size_t *len)

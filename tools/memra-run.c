@@ -350,19 +350,6 @@ static int cpu_make_plans(const run_opts *o, char *dir, size_t n, memra_err *err
     return rc;
 }
 
-static void cpu_remove_plans(const char *dir)
-{
-    DIR *d = opendir(dir);
-    struct dirent *e;
-    char path[1024];
-    while (d && (e = readdir(d)) != NULL)
-        if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
-            snprintf(path, sizeof path, "%s/%s", dir, e->d_name), unlink(path);
-    if (d)
-        closedir(d);
-    rmdir(dir);
-}
-
 /* Same protocol as ref_generate, one session on the CPU backend (greedy: the plan's sample
  * op with temperature 0 is the same argmax, lowest index on ties). */
 static int cpu_generate(const run_opts *o, run_result *r, memra_err *err)
@@ -409,7 +396,7 @@ static int cpu_generate(const run_opts *o, run_result *r, memra_err *err)
     memra_cpu_backend_close(be);
     memra_gguf_close(g);
     if (tmp[0])
-        cpu_remove_plans(tmp);
+        memra_planner_remove_dir(tmp);
     return rc;
 }
 
@@ -492,7 +479,7 @@ static int cuda_generate(const run_opts *o, run_result *r, memra_err *err)
     memra_cuda_backend_close(be);
     memra_gguf_close(g);
     if (tmp[0])
-        cpu_remove_plans(tmp);
+        memra_planner_remove_dir(tmp);
     free(logits);
     free(ms);
     return rc;

@@ -75,23 +75,6 @@ static int gpu_ok(void)
         }                                                                                          \
     } while (0)
 
-static void rm_dir(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (!d)
-        return;
-    struct dirent *e;
-    char p[1024];
-    while ((e = readdir(d)) != NULL) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-            continue;
-        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        unlink(p);
-    }
-    closedir(d);
-    rmdir(dir);
-}
-
 static int plan_dir(const char *model, const char *dir, uint32_t n_stages)
 {
     static const uint32_t tiers[] = {1, 2, 4, 8, 12, 16};
@@ -146,9 +129,9 @@ static void fix_teardown(model_fix *f)
     if (f->forged)
         unlink(f->path);
     if (f->plans1[0])
-        rm_dir(f->plans1);
+        memra_planner_remove_dir(f->plans1);
     if (f->plans2[0])
-        rm_dir(f->plans2);
+        memra_planner_remove_dir(f->plans2);
 }
 
 static void tiny_setup(void)
