@@ -12,7 +12,7 @@ endif()
 memra_area(cudakernels
   SOURCES kernels/cuda_common.cu kernels/embed.cu kernels/rms_norm_q8.cu kernels/attn_prep.cu
           kernels/attn_decode.cu kernels/gdn_step.cu kernels/silu_mul_q8.cu kernels/moe_route.cu
-          kernels/sample.cu
+          kernels/sample.cu kernels/synth_fill.cu kernels/mmvq_moe.cu kernels/moe_down.cu
   DEPS memra_base CUDA::cudart_static)
 
 # Exact float semantics for the kernels: no FMA contraction (a kernel that wants an FMA writes
@@ -39,8 +39,9 @@ set_property(TARGET memra_cudakernels PROPERTY COMPILE_OPTIONS "${memra_ck_fixed
 # run with CK_FORK=no (CUDA does not survive fork).
 if(TARGET memra_ops)
   add_executable(memra-gpu-ops-tests ${MEMRA_ROOT}/tests/runner.c ${MEMRA_ROOT}/tests/test_util.c
-                 ${MEMRA_ROOT}/tests/gpu/test_ops_gpu.c)
-  target_compile_definitions(memra-gpu-ops-tests PRIVATE "MEMRA_SUITES=X(ops_gpu)"
+                 ${MEMRA_ROOT}/tests/gpu/test_ops_gpu.c ${MEMRA_ROOT}/tests/gpu/test_moe_gpu.c
+                 ${MEMRA_ROOT}/tests/gpu/gpu_ops_util.c)
+  target_compile_definitions(memra-gpu-ops-tests PRIVATE "MEMRA_SUITES=X(ops_gpu)X(moe_gpu)"
                              "MEMRA_SOURCE_DIR=\"${MEMRA_ROOT}\"")
   target_include_directories(memra-gpu-ops-tests PRIVATE ${MEMRA_ROOT}/tests)
   target_link_libraries(memra-gpu-ops-tests PRIVATE memra_cudakernels memra_ops memra_quant

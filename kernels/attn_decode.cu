@@ -1,34 +1,36 @@
 /*
- * attn_decode.cu — CUDA attn_decode (contract: kernels/attn_decode.h): flash-decoding of one
- * token per row over the row's own KV cache, gated by sigmoid(gate), quantized to q8_1.
+ * attn_decode.cu — CUDA attn_decode (contract and EXACT arithmetic: kernels/attn_decode.h):
+ * flash-decoding of one token per row over the row's own KV cache, gated by sigmoid(gate),
+ * quantized to q8_1. Bit-identical to kernels/ref/attn_decode.c, which emulates the order
+ * the header writes down; any change of an order here changes the header and the reference.
  *
  * Two kernels, one launch each, both capturable and independent of the context length:
- *  1. attn_split: one CTA (4 warps) per (split s, kv head j, row b). The row's length
- *     len = positions[b] + 1, read on the device, fixes its split count
- *     nsplit = clamp(ceil(len / MEMRA_ATTN_SPLIT_KEYS), 1, max_split) and split length
- *     per = round_up(ceil(len / nsplit), 16); CTAs with s >= nsplit exit at once. The CTA
- *     handles ALL q heads of kv head j (GQA group, in chunks of HG <= 8 heads), so each K/V
- *     byte is read once per group. Inside, warp w takes key batches w, w + 4, ... of
- *     KPW * U keys; a key is read by LPK = head_dim / (8 * VPL) lanes with 16-byte loads
- *     (f16: 8 halves; q8_0: 8 codes + the block scale), each lane holding its 8 * VPL dims
- *     of q and of the output accumulator in registers. Scores: per-lane partial dot
- *     (explicit fmaf, increasing dim), then the xor butterfly over the LPK lanes, times
- *     scale. Online softmax per batch of U keys: m' = max(m, batch max),
- *     c = expf(m - m'), l = l c + sum p, o = o c + sum p v (fmaf, increasing key). Key
- *     subsets are then merged in a fixed order: lane subgroups by butterfly (symmetric
- *     formula, so both partners hold the same bits), warps 0..3 in order. The partial
- *     (o unnormalised, m, l) goes to scratch [b][i][s][head_dim + 2]; an empty split writes
- *     l = 0. head_dim not in {64, 128, 256, 512} uses a scalar kernel of the same structure
- *     (one key per warp, dims strided over lanes, one head at a time).
+ *  1. attn_split: one CTA (MEMRA_ATTN_WARPS = 4 warps) per (split s, kv head j, row b). The
+ *     row's length len = positions[b] + 1, read on the device, fixes its split count and
+ *     split length (memra_attn_nsplit / memra_attn_split_keys); CTAs with s >= nsplit exit
+ *     at once. The CTA handles ALL q heads of kv head j (GQA group, in chunks of HG <= 8
+ *     heads), so each K/V byte is read once per group. Inside, warp w takes key batches
+ *     w, w + 4, ... of KPW * U keys; a key is read by LPK = head_dim / (8 * VPL) lanes with
+ *     16-byte loads (f16: 8 halves; q8_0: 8 codes + the block scale), each lane holding its
+ *     8 * VPL dims of q and of the output accumulator in registers. Scores: per-lane fmaf
+ *     partial dot, the xor butterfly over the LPK lanes, times scale. Online softmax per
+ *     batch; the batch's HG * (U + 1) exps (memra_x_expf, f64 inside) are spread over the
+ *     key's LPK lanes and broadcast by shuffle, so the f64 work stays off the critical
+ *     path. Lane subgroups merge by butterfly (symmetric formula, so both partners hold the
+ *     same bits), warps 0..3 in order (weights computed once per head, in shared memory).
+ *     The partial (o unnormalised, m, l) goes to scratch [b][i][s][head_dim + 2]; an empty
+ *     split writes l = 0. head_dim not in {64, 128, 256, 512} uses a scalar kernel of the
+ *     same order with U = 1, KPW = 1 (one key per warp, dims strided over lanes).
  *  2. attn_combine: one warp per q8_1 output block; each lane merges its element's partials
- *     in increasing s (M = max m_s, L = sum l_s e^{m_s - M}, O = sum o_s e^{m_s - M}),
- *     then out = O * (1 / L) * sigmoid(gate) and the shared warp quantizer. Launched with
- *     PDL, so its launch overlaps the split kernel's tail.
+ *     in increasing s (split weights computed once per warp and shuffled when the block
+ *     lies in one head), then out = O * (1 / L) * memra_x_sigmoidf(gate) and the shared
+ *     warp quantizer. Launched with PDL, so its launch overlaps the split kernel's tail.
  * Row b reads only row b's q, gate, positions and cache; the float order depends only on
- * (len, max_split, head_dim, geometry), never on b. It differs from the CPU reference's
- * (two sequential passes) in summation order: see tests/gpu/test_ops_gpu.c for the bound.
- * A row whose position is outside [0, n_ctx), or whose cache bases are not 16-byte
- * aligned, yields a zero output row (never a fault).
+ * (len, max_split, head_dim, group), never on b. A row whose position is outside
+ * [0, n_ctx), or whose cache bases are not 16-byte aligned, yields a zero output row
+ * (never a fault).
+ * Must not: call expf / __expf / CUDA's exp (exact_math.h only); let fmad contraction in
+ * (--fmad=false; every fmaf is explicit and mirrored by the reference).
  */
 #include <cuda_fp16.h>
 
@@ -37,7 +39,7 @@
 
 namespace {
 
-constexpr int kWarps = 4;
+constexpr int kWarps = MEMRA_ATTN_WARPS;
 
 struct attn_geom {
     int group;  /* n_head / n_head_kv */
@@ -54,16 +56,9 @@ __device__ __forceinline__ int row_len(const memra_attn_decode_args &a, int b)
     return p + 1;
 }
 
-__device__ __forceinline__ int row_nsplit(int len, int max_split)
-{
-    const int n = (len + MEMRA_ATTN_SPLIT_KEYS - 1) / MEMRA_ATTN_SPLIT_KEYS;
-    return n < 1 ? 1 : (n > max_split ? max_split : n);
-}
+__device__ __forceinline__ int row_nsplit(int len, int max_split) { return memra_attn_nsplit(len, max_split); }
 
-__device__ __forceinline__ int split_keys(int len, int nsplit)
-{
-    return (((len + nsplit - 1) / nsplit) + 15) & ~15;
-}
+__device__ __forceinline__ int split_keys(int len, int nsplit) { return memra_attn_split_keys(len, nsplit); }
 
 __device__ __forceinline__ float *partial(const memra_attn_decode_args &a, const attn_geom &g,
                                           int b, int i, int s)
@@ -73,7 +68,7 @@ __device__ __forceinline__ float *partial(const memra_attn_decode_args &a, const
 }
 
 /* exp(m - M) as a merge weight: 0 for an empty accumulator (m = -inf). */
-__device__ __forceinline__ float merge_w(float m, float M) { return m == -INFINITY ? 0.0f : expf(m - M); }
+__device__ __forceinline__ float merge_w(float m, float M) { return m == -INFINITY ? 0.0f : memra_x_expf(m - M); }
 
 /* ---------------------------------- cache entries ------------------------------------ */
 
@@ -143,12 +138,16 @@ template <bool A8> struct kv8<MEMRA_QT_Q8_0, A8> {
 
 /* -------------------------------- split kernel (fast) -------------------------------- */
 
+/* The header's order geometry (attn_decode.h macros: one definition for kernel and
+ * reference). */
 template <int DH, int HG> struct split_cfg {
-    static constexpr int VPL = DH > 256 ? DH / 256 : 1; /* 8-dim vectors per lane per key */
-    static constexpr int LPK = DH / (8 * VPL);          /* lanes per key: 8, 16 or 32 */
-    static constexpr int KPW = 32 / LPK;                /* keys per warp step */
-    static constexpr int NE = 8 * VPL;                  /* dims per lane */
-    static constexpr int U = HG >= 8 ? 2 : 4;           /* warp steps per batch */
+    static constexpr int VPL = MEMRA_ATTN_VPL(DH); /* 8-dim vectors per lane per key */
+    static constexpr int LPK = MEMRA_ATTN_LPK(DH); /* lanes per key: 8, 16 or 32 */
+    static constexpr int KPW = 32 / LPK;           /* keys per warp step */
+    static constexpr int NE = 8 * VPL;             /* dims per lane */
+    static constexpr int U = MEMRA_ATTN_U(HG);     /* warp steps per batch */
+    static constexpr int NX = HG * (U + 1);        /* exps per batch: corr[h], p[u][h] */
+    static constexpr int RX = (NX + LPK - 1) / LPK; /* of them per lane */
 };
 
 /* Loads (masked: keys >= t1 are zero and not read) the batch of keys starting at base. */
@@ -224,7 +223,8 @@ __device__ __forceinline__ void batch_update(const memra_attn_decode_args &a,
 #pragma unroll
                 for (int h = 0; h < HG; h++)
                     sc[u][h] = __fadd_rn(sc[u][h], __shfl_xor_sync(FULL_MASK, sc[u][h], off));
-        float pr[C::U][HG];
+        /* exp arguments: xa[h] = m - mn (the correction), xa[HG + u HG + h] = sc - mn */
+        float mn[HG], xa[C::NX];
 #pragma unroll
         for (int h = 0; h < HG; h++) {
             float mb = -INFINITY;
@@ -233,15 +233,40 @@ __device__ __forceinline__ void batch_update(const memra_attn_decode_args &a,
                 sc[u][h] = ok[u] ? __fmul_rn(sc[u][h], a.scale) : -INFINITY;
                 mb = fmaxf(mb, sc[u][h]);
             }
-            const float mn = fmaxf(m[h], mb), corr = merge_w(m[h], mn);
+            mn[h] = fmaxf(m[h], mb);
+            xa[h] = __fsub_rn(m[h], mn[h]);
+#pragma unroll
+            for (int u = 0; u < C::U; u++)
+                xa[HG + u * HG + h] = __fsub_rn(sc[u][h], mn[h]);
+        }
+        /* lane sl of the key's LPK lanes computes exps sl, sl + LPK, ...; every lane then
+         * reads exp x from lane (x % LPK) of its own subgroup (same function, same bits) */
+        const int sl = (threadIdx.x & 31) % C::LPK, lbase = (threadIdx.x & 31) - sl;
+        float xe[C::RX];
+#pragma unroll
+        for (int r = 0; r < C::RX; r++) {
+            const int idx = r * C::LPK + sl;
+            float x = 0.0f;
+#pragma unroll
+            for (int i = 0; i < C::NX; i++)
+                x = i == idx ? xa[i] : x;
+            xe[r] = memra_x_expf(x);
+        }
+        float pr[C::U][HG];
+#pragma unroll
+        for (int h = 0; h < HG; h++) {
+            const float ec = __shfl_sync(FULL_MASK, xe[h / C::LPK], lbase + h % C::LPK);
+            const float corr = m[h] == -INFINITY ? 0.0f : ec;
             float ls = 0.0f;
 #pragma unroll
             for (int u = 0; u < C::U; u++) {
-                pr[u][h] = ok[u] ? expf(sc[u][h] - mn) : 0.0f;
+                const int i = HG + u * HG + h;
+                const float ep = __shfl_sync(FULL_MASK, xe[i / C::LPK], lbase + i % C::LPK);
+                pr[u][h] = ok[u] ? ep : 0.0f;
                 ls = __fadd_rn(ls, pr[u][h]);
             }
             l[h] = __fadd_rn(__fmul_rn(l[h], corr), ls);
-            m[h] = mn;
+            m[h] = mn[h];
 #pragma unroll
             for (int e = 0; e < C::NE; e++)
                 o[h][e] = __fmul_rn(o[h][e], corr);
@@ -284,7 +309,7 @@ __global__ void __launch_bounds__(kWarps * 32) attn_split_fast(memra_attn_decode
 {
     using C = split_cfg<DH, HG>;
     __shared__ float sm_o[kWarps][HG][DH];
-    __shared__ float sm_m[kWarps][HG], sm_l[kWarps][HG];
+    __shared__ float sm_m[kWarps][HG], sm_l[kWarps][HG], sm_w[kWarps][HG], sm_M[HG];
     const int s = blockIdx.x, j = blockIdx.y, b = blockIdx.z;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, sub = lane / C::LPK, sl = lane % C::LPK;
     pdl_wait();
@@ -338,22 +363,30 @@ __global__ void __launch_bounds__(kWarps * 32) attn_split_fast(memra_attn_decode
             }
         }
         __syncthreads();
+        if (threadIdx.x < HG) { /* the warp weights of head h, once */
+            const int h = threadIdx.x;
+            float M = -INFINITY;
+            for (int w = 0; w < kWarps; w++)
+                M = fmaxf(M, sm_m[w][h]);
+            for (int w = 0; w < kWarps; w++)
+                sm_w[w][h] = merge_w(sm_m[w][h], M);
+            sm_M[h] = M;
+        }
+        __syncthreads();
         for (int idx = threadIdx.x; idx < HG * DH; idx += kWarps * 32) {
             const int h = idx / DH, d = idx % DH;
             if (g0 + h >= g.group)
                 continue;
-            float M = -INFINITY, L = 0.0f, O = 0.0f;
-            for (int w = 0; w < kWarps; w++)
-                M = fmaxf(M, sm_m[w][h]);
+            float L = 0.0f, O = 0.0f;
             for (int w = 0; w < kWarps; w++) {
-                const float wt = merge_w(sm_m[w][h], M);
+                const float wt = sm_w[w][h];
                 L = __fadd_rn(L, __fmul_rn(sm_l[w][h], wt));
                 O = __fadd_rn(O, __fmul_rn(sm_o[w][h][d], wt));
             }
             float *part = partial(a, g, b, j * g.group + g0 + h, s);
             part[d] = O;
             if (d == 0) {
-                part[DH] = M;
+                part[DH] = sm_M[h];
                 part[DH + 1] = L;
             }
         }
@@ -375,11 +408,15 @@ template <int KV> __device__ __forceinline__ float kv_elem(const u8 *entry, int 
 
 constexpr int kGenDims = MEMRA_ATTN_MAX_HEAD_DIM / 32; /* dims per lane */
 
+/* memra_x_expf out of line: the scalar kernel keeps 64 floats of q and o live in registers
+ * and the inlined f64 body would spill (same function, same bits). */
+__device__ __noinline__ float expf_call(float x) { return memra_x_expf(x); }
+
 template <int KV>
 __global__ void __launch_bounds__(kWarps * 32) attn_split_generic(memra_attn_decode_args a, attn_geom g)
 {
     __shared__ float sm_o[kWarps][MEMRA_ATTN_MAX_HEAD_DIM];
-    __shared__ float sm_m[kWarps], sm_l[kWarps];
+    __shared__ float sm_m[kWarps], sm_l[kWarps], sm_w[kWarps], sm_M;
     const int s = blockIdx.x, j = blockIdx.y, b = blockIdx.z, dh = a.head_dim;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     pdl_wait();
@@ -410,7 +447,11 @@ __global__ void __launch_bounds__(kWarps * 32) attn_split_generic(memra_attn_dec
                 if (lane + 32 * e < dh)
                     acc = fmaf(q[e], kv_elem<KV>(ke, lane + 32 * e), acc);
             const float sc = __fmul_rn(warp_sum_f32(acc), a.scale);
-            const float mn = fmaxf(m, sc), corr = merge_w(m, mn), p = expf(sc - mn);
+            const float mn = fmaxf(m, sc);
+            /* lane 0: the correction exp(m - mn), lane 1: p = exp(sc - mn); shuffled */
+            const float ex = expf_call(__fsub_rn(lane == 0 ? m : sc, mn));
+            const float ec = __shfl_sync(FULL_MASK, ex, 0), p = __shfl_sync(FULL_MASK, ex, 1);
+            const float corr = m == -INFINITY ? 0.0f : ec;
             l = __fadd_rn(__fmul_rn(l, corr), p);
             m = mn;
 #pragma unroll
@@ -427,19 +468,26 @@ __global__ void __launch_bounds__(kWarps * 32) attn_split_generic(memra_attn_dec
             sm_l[warp] = l;
         }
         __syncthreads();
-        float *part = partial(a, g, b, i, s);
-        for (int d = threadIdx.x; d < dh; d += kWarps * 32) {
-            float M = -INFINITY, L = 0.0f, O = 0.0f;
+        if (threadIdx.x == 0) {
+            float M = -INFINITY;
             for (int w = 0; w < kWarps; w++)
                 M = fmaxf(M, sm_m[w]);
+            for (int w = 0; w < kWarps; w++)
+                sm_w[w] = merge_w(sm_m[w], M);
+            sm_M = M;
+        }
+        __syncthreads();
+        float *part = partial(a, g, b, i, s);
+        for (int d = threadIdx.x; d < dh; d += kWarps * 32) {
+            float L = 0.0f, O = 0.0f;
             for (int w = 0; w < kWarps; w++) {
-                const float wt = merge_w(sm_m[w], M);
+                const float wt = sm_w[w];
                 L = __fadd_rn(L, __fmul_rn(sm_l[w], wt));
                 O = __fadd_rn(O, __fmul_rn(sm_o[w][d], wt));
             }
             part[d] = O;
             if (d == 0) {
-                part[dh] = M;
+                part[dh] = sm_M;
                 part[dh + 1] = L;
             }
         }
@@ -469,16 +517,35 @@ __global__ void __launch_bounds__(kCombineWarps * 32) attn_combine(memra_attn_de
                 if (p0[(size_t)s * g.pstride + dh + 1] != 0.0f) /* l = 0: empty split */
                     M = fmaxf(M, p0[(size_t)s * g.pstride + dh]);
             float L = 0.0f, O = 0.0f;
-            for (int s = 0; s < nsplit; s++) {
-                const float *ps = p0 + (size_t)s * g.pstride;
-                if (ps[dh + 1] == 0.0f)
-                    continue;
-                const float w = expf(ps[dh] - M);
-                L = __fadd_rn(L, __fmul_rn(ps[dh + 1], w));
-                O = __fadd_rn(O, __fmul_rn(ps[d], w));
+            if (dh % 32 == 0) {
+                /* the block lies in head i: lane k computes split s0 + k's weight once */
+                for (int s0 = 0; s0 < nsplit; s0 += 32) {
+                    const int sk = s0 + lane, n = min(32, nsplit - s0);
+                    float lk = 0.0f, wk = 0.0f;
+                    if (sk < nsplit) {
+                        lk = p0[(size_t)sk * g.pstride + dh + 1];
+                        wk = lk != 0.0f ? memra_x_expf(__fsub_rn(p0[(size_t)sk * g.pstride + dh], M)) : 0.0f;
+                    }
+                    for (int k = 0; k < n; k++) {
+                        const float ls = __shfl_sync(FULL_MASK, lk, k), w = __shfl_sync(FULL_MASK, wk, k);
+                        if (ls == 0.0f)
+                            continue;
+                        L = __fadd_rn(L, __fmul_rn(ls, w));
+                        O = __fadd_rn(O, __fmul_rn(p0[(size_t)(s0 + k) * g.pstride + d], w));
+                    }
+                }
+            } else {
+                for (int s = 0; s < nsplit; s++) {
+                    const float *ps = p0 + (size_t)s * g.pstride;
+                    if (ps[dh + 1] == 0.0f)
+                        continue;
+                    const float w = memra_x_expf(__fsub_rn(ps[dh], M));
+                    L = __fadd_rn(L, __fmul_rn(ps[dh + 1], w));
+                    O = __fadd_rn(O, __fmul_rn(ps[d], w));
+                }
             }
             const float gate = a.qg[(size_t)b * (size_t)(2 * a.n_head * dh) + (size_t)(2 * i * dh + dh + d)];
-            out = __fmul_rn(__fmul_rn(O, 1.0f / L), dev_sigmoid(gate));
+            out = __fmul_rn(__fmul_rn(O, 1.0f / L), memra_x_sigmoidf(gate));
         }
         q8_1_quantize_warp(out, lane, (u8 *)a.y_q + ((size_t)b * (size_t)nblk + (size_t)blk) * Q8_1_BYTES);
         if (a.o)
@@ -494,21 +561,23 @@ cudaError_t launch_fast(const memra_attn_decode_args *a, const attn_geom &g, dim
 {
     constexpr bool A8 = KV == MEMRA_QT_Q8_0 && DH % 128 == 0; /* 34 * DH / 32 % 8 == 0 */
     const dim3 blk(kWarps * 32);
-    const int G = g.group;
-    if (G <= 1)
+    switch (MEMRA_ATTN_HG(DH, g.group)) { /* HG fixes U: part of the order (header) */
+    case 1:
         return cuda_ops_launch(attn_split_fast<DH, 1, KV, A8>, grid, blk, 0, s, 1, *a, g);
-    if (G <= 2)
+    case 2:
         return cuda_ops_launch(attn_split_fast<DH, 2, KV, A8>, grid, blk, 0, s, 1, *a, g);
-    if (G <= 4 || DH > 256)
+    case 4:
         return cuda_ops_launch(attn_split_fast<DH, 4, KV, A8>, grid, blk, 0, s, 1, *a, g);
-    return cuda_ops_launch(attn_split_fast<DH, (DH > 256 ? 4 : 8), KV, A8>, grid, blk, 0, s, 1, *a, g);
+    default: /* 8; never for DH > 256 */
+        return cuda_ops_launch(attn_split_fast<DH, (DH > 256 ? 4 : 8), KV, A8>, grid, blk, 0, s, 1, *a, g);
+    }
 }
 
 template <int KV>
 cudaError_t launch_split(const memra_attn_decode_args *a, const attn_geom &g, cudaStream_t s)
 {
     const dim3 grid(a->max_split, a->n_head_kv, a->b);
-    switch (a->head_dim) {
+    switch (a->head_dim) { /* the fast set of memra_attn_fast_dim */
     case 64:
         return launch_fast<64, KV>(a, g, grid, s);
     case 128:

@@ -1,37 +1,23 @@
 /*
- * attn_prep.cu — CUDA attn_prep (contract: kernels/attn_prep.h): per-head q/k RMSNorm,
- * partial NEOX / IMRoPE rotation, and the KV-cache append at positions[b].
+ * attn_prep.cu — CUDA attn_prep (contract and exact arithmetic: kernels/attn_prep.h): per-head
+ * q/k RMSNorm, partial NEOX / IMRoPE rotation, and the KV-cache append at positions[b].
  *
- * One CTA of 128 threads per (head slot, row): slots [0, n_head) are the q heads, slots
- * [n_head, n_head + n_head_kv) the kv heads (norm + rope k, store k and v). Each value is the
- * reference's arithmetic: the head's sum of squares in f64 (fixed butterfly order; the
- * reference sums in increasing index, so the f64 sums can differ in the last bits, which
- * survive the rounding to f32 only at a rounding boundary), the rotation angle and its
- * cos/sin in f64 (CUDA's f64 pow/cos/sin are within 2 ulp of f64, so the f32 roundings of
- * c and s agree with glibc's except at f32 rounding boundaries), then the reference's f32
- * sequence. The cache entry bytes are memra_f32_to_fp16 / the q8_0 reference quantizer of
- * the same floats.
- * Must not: write a cache slot outside [0, n_ctx) (such a row writes only q).
+ * One CTA of MEMRA_ATTN_PREP_THREADS (128) threads per (head slot, row): slots [0, n_head)
+ * are the q heads, slots [n_head, n_head + n_head_kv) the kv heads (norm + rope k, store k
+ * and v). Bit-identical to kernels/ref/attn_prep.c: the head's sum of squares is the f64
+ * block_sum_f64 order the header spells out (the reference emulates it), the angle and its
+ * cos/sin are the shared inline memra_attn_rope_cs (exact_math.h), the rest is the same f32
+ * sequence with __fmul_rn / __fadd_rn. The cache entry bytes are memra_f32_to_fp16 / the q8_0
+ * reference quantizer of the same floats.
+ * Must not: write a cache slot outside [0, n_ctx) (such a row writes only q); call CUDA's
+ * pow / sin / cos / expf (exact_math.h only).
  */
 #include "cuda_common.cuh"
 #include "cuda_ops.h"
 
 namespace {
 
-constexpr int kThreads = 128;
-
-/* The position pair m rotates with (attn_prep.c rope_pos). */
-__device__ int rope_pos(const int sec[4], int m, int p)
-{
-    const int sect_dims = sec[0] + sec[1] + sec[2] + sec[3];
-    if (sect_dims == 0)
-        return p;
-    const int s = m % sect_dims;
-    if ((s % 3 == 0 && s < 3 * sec[0]) || (s % 3 == 1 && s < 3 * sec[1]) ||
-        (s % 3 == 2 && s < 3 * sec[2]))
-        return p;
-    return 0;
-}
+constexpr int kThreads = MEMRA_ATTN_PREP_THREADS; /* the norm's reduction order */
 
 /* y[dh] = rmsnorm(x) * w, then rotated at position p (in shared memory). */
 __device__ void norm_rope(const memra_attn_prep_args &a, const float *x, const float *w, float *y,
@@ -48,10 +34,9 @@ __device__ void norm_rope(const memra_attn_prep_args &a, const float *x, const f
     __syncthreads();
     const int half = a.n_rot / 2;
     for (int m = threadIdx.x; m < half; m += kThreads) {
-        const double theta = (double)rope_pos(a.sections, m, p) *
-                             pow((double)a.freq_base, -2.0 * (double)m / (double)a.n_rot) *
-                             (double)a.freq_scale;
-        const float c = (float)cos(theta), s = (float)sin(theta);
+        float c, s;
+        memra_attn_rope_cs(memra_attn_rope_pos(a.sections, m, p), m, a.n_rot, a.freq_base,
+                           a.freq_scale, &c, &s);
         const float x0 = y[m], x1 = y[m + half];
         y[m] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
         y[m + half] = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));

@@ -1,6 +1,7 @@
 /*
  * cuda_ops.h — the CUDA entry points of the nvcc-compiled ops (kernels/<op>.cu): embed,
- * rms_norm_q8, attn_prep, attn_decode, gdn_step, silu_mul_q8, moe_route, sample.
+ * rms_norm_q8, attn_prep, attn_decode, gdn_step, silu_mul_q8, moe_route, mmvq_moe,
+ * moe_down, sample.
  *
  * Each entry takes the op's args struct (kernels/<op>.h, the same struct the CPU reference
  * takes) with every pointer, pointer-table entry included, a DEVICE address, and enqueues the
@@ -31,15 +32,15 @@
 #include "attn_prep.h"
 #include "embed.h"
 #include "gdn_step.h"
+#include "mmvq_moe.h"
+#include "moe_down.h"
 #include "moe_route.h"
 #include "rms_norm_q8.h"
 #include "sample.h"
 #include "silu_mul_q8.h"
+#include "synth_fill.h"
 
-/* attn_decode: keys per split below which a row uses fewer splits. A row of length len uses
- * nsplit = clamp(ceil(len / MEMRA_ATTN_SPLIT_KEYS), 1, max_split) splits of
- * ceil(ceil(len / nsplit) / 16) * 16 keys (the last one shorter or empty). */
-#define MEMRA_ATTN_SPLIT_KEYS 256
+/* attn_decode's split geometry (MEMRA_ATTN_SPLIT_KEYS, memra_attn_nsplit): attn_decode.h. */
 
 #ifdef __cplusplus
 extern "C" {
@@ -54,9 +55,15 @@ int memra_attn_decode_cuda(const memra_attn_decode_args *a, cudaStream_t s);
 int memra_gdn_step_cuda(const memra_gdn_step_args *a, cudaStream_t s);
 int memra_silu_mul_q8_cuda(const memra_silu_mul_q8_args *a, cudaStream_t s);
 int memra_moe_route_cuda(const memra_moe_route_args *a, cudaStream_t s);
+/* Bit-identical to memra_mmvq_moe_ref / memra_moe_down_ref (every dot-capable weight type);
+ * weights 16-byte aligned like mmvq's. */
+int memra_mmvq_moe_cuda(const memra_mmvq_moe_args *a, cudaStream_t s);
+int memra_moe_down_cuda(const memra_moe_down_args *a, cudaStream_t s);
 /* a->scratch is required when n_vocab > MEMRA_SAMPLE_SMEM_VOCAB (the p values of rows too
  * large for shared memory live there); otherwise it may be NULL. */
 int memra_sample_cuda(const memra_sample_args *a, cudaStream_t s);
+/* Not a plan op: the benchmarks' synthetic history (kernels/synth_fill.h), one region. */
+int memra_synth_fill_cuda(const memra_synth_fill_args *a, cudaStream_t s);
 
 /* Rows of at most this many logits are sampled entirely in shared memory (8 CTAs of one
  * cluster hold 1/8 each). */

@@ -1,32 +1,38 @@
 /*
- * gdn_step.cu — CUDA gdn_step (contract: kernels/gdn_step.h): one Gated DeltaNet decode token
- * per row: causal conv step + silu, L2 norms, decay / beta, the delta rule on the S^T state,
- * gated RMSNorm with silu(z), q8_1 output.
+ * gdn_step.cu — CUDA gdn_step (contract and canonical order: kernels/gdn_step.h): one Gated
+ * DeltaNet decode token per row: causal conv step + silu, L2 norms, decay / beta, the delta
+ * rule on the S^T state, gated RMSNorm with silu(z), q8_1 output. Bit-identical (memcmp) to
+ * the CPU reference: every piece is a gdn_canon.h function or the lane / butterfly order of
+ * gdn_step.h, which both paths below implement for any shape.
  *
  * Fast kernel (head_k_dim 128 or 256, head_v_dim % 32 == 0, Hv / Hk <= 8): one CTA of 4 warps
  * per (value head h, row b). The value heads that share key head a form one thread-block
  * cluster: each CTA recomputes q_a, k_a from the OLD conv state, the cluster barrier then
  * guarantees every reader is done before the cluster's first CTA shifts those channels (a
- * CTA's own v channels are shifted by the thread that read them). The state S_h^T is
- * [head_v_dim rows j][head_k_dim] f32; a warp owns 32 rows, loads them with coalesced 16-byte
- * loads (lane l holds dims 4l..4l+3 (+128)), all in flight at once, and per row computes
+ * CTA's own v channels are shifted by the thread that read them). Lane l of every warp holds
+ * q_i, k_i for i = 4l..4l+3 (+128): exactly the canonical dk lane layout, so each warp forms
+ * the L2 sums in registers (every warp the same bits). The state S_h^T is [head_v_dim rows
+ * j][head_k_dim] f32; a warp owns 32 rows, loads them with coalesced 16-byte loads (same
+ * layout), all in flight at once, and per row computes
  *   s *= lambda;  r = sum_i s_i k_i;  delta = beta (v_j - r);  s += k delta;  o_j = sum_i s_i q_i
- * with each sum a per-lane partial (increasing i) followed by the xor butterfly (every lane
- * gets the same bits). Rows are written back in place. Lane l of the warp keeps o_j for
- * j = 32 * group + l, so the gated norm's 32 values of a q8_1 block are one warp's.
- * Generic kernel (every other shape): one CTA per row walks the value heads in order with
- * one thread per state row and the reference's sequential loops, stages the row's output
- * (Cv floats, <= kGenericMaxCv) in shared memory and quantizes it at the end (q8_1 blocks
+ * with each sum the lane partial (increasing i) followed by the xor butterfly. Rows are written
+ * back in place. Lane l keeps o_j for j = 32 * group + l, so the gated norm's 32 values of a
+ * q8_1 block are one warp's; its sum of squares is formed by every warp from shared memory in
+ * the dv lane layout (lane l: j = l, l + 32, ...).
+ * Generic kernel (every other shape): one CTA (8 warps) per row walks the value heads in order;
+ * warp w updates state rows j = w, w + 8, ... with the same lane layout (lane l: i = 128 m + 4 l
+ * + c, scalar loads) and butterflies; warps 0 / 1 L2-normalise q / k. It stages the row's
+ * output (Cv floats, <= kGenericMaxCv) in shared memory and quantizes it at the end (q8_1 blocks
  * may straddle heads there), then shifts the conv state.
- * Float order: identical to the reference except the fast kernel's butterfly sums and every
- * f64 norm sum (same terms, other order); expf / log1pf are CUDA's (within 2 ulp of glibc).
  * Must not: let a row touch another row's state, or shift a conv channel another CTA still
- * has to read.
+ * has to read; call CUDA's expf / log1pf (exact_math.h through gdn_canon.h only); use an order
+ * that depends on b, blockDim or the SM count.
  */
 #include <cooperative_groups.h>
 
 #include "cuda_common.cuh"
 #include "cuda_ops.h"
+#include "gdn_canon.h"
 
 namespace cg = cooperative_groups;
 
@@ -41,20 +47,39 @@ struct gdn_geom {
     int cc;    /* conv channels 2 * Ck + Cv */
     int cv;    /* Hv * dv */
     int r;     /* Hv / Hk: value heads per key head (cluster size of the fast kernel) */
-    float q_scale; /* 1 / sqrtf(dk) */
+    float q_scale; /* memra_gdn_q_scale(dk) */
 };
 
-/* silu(causal conv) of channel c of row b (gdn_step.c conv_silu; OLD state). */
+/* The canonical butterfly (gdn_step.h BFLY): p_l <- p_l + p_(l xor off), off = 16 .. 1. */
+__device__ __forceinline__ float bfly_f32(float v)
+{
+#pragma unroll
+    for (int o = 16; o >= 1; o >>= 1)
+        v = __fadd_rn(v, __shfl_xor_sync(FULL_MASK, v, o));
+    return v;
+}
+
+__device__ __forceinline__ double bfly_f64(double v)
+{
+#pragma unroll
+    for (int o = 16; o >= 1; o >>= 1)
+        v = __dadd_rn(v, __shfl_xor_sync(FULL_MASK, v, o));
+    return v;
+}
+
+/* acc + x^2 in f64 (the square is exact). */
+__device__ __forceinline__ double add_sq(double acc, float x)
+{
+    return __dadd_rn(acc, __dmul_rn((double)x, (double)x));
+}
+
+/* silu(causal conv) of channel c of row b (memra_gdn_conv_silu; OLD state). */
 __device__ __forceinline__ float conv_silu(const memra_gdn_step_args &a, const gdn_geom &g, int b, int c)
 {
     const int K = a.conv_k;
-    const float *w = a.conv_w + (size_t)c * (size_t)K; /* [K], tap K-1 = newest */
     const float *win = (const float *)(uintptr_t)a.conv_state[b] + (size_t)c * (size_t)(K - 1);
-    float acc = 0.0f;
-    for (int j = 0; j < K - 1; j++)
-        acc = __fadd_rn(acc, __fmul_rn(w[j], win[j]));
-    acc = __fadd_rn(acc, __fmul_rn(w[K - 1], a.qkv[(size_t)b * (size_t)g.cc + (size_t)c]));
-    return dev_silu(acc);
+    return memra_gdn_conv_silu(a.conv_w + (size_t)c * (size_t)K, win,
+                               a.qkv[(size_t)b * (size_t)g.cc + (size_t)c], K);
 }
 
 /* C(c, .) <- [C(c, 1..K-2), qkv[b, c]] (gdn_step.c conv_shift). */
@@ -67,22 +92,6 @@ __device__ __forceinline__ void conv_shift(const memra_gdn_step_args &a, const g
     win[K - 2] = a.qkv[(size_t)b * (size_t)g.cc + (size_t)c];
 }
 
-/* x[n] <- x * (1 / fmaxf(||x||, eps)) (* extra when extra != 1): kref_l2_norm, then the
- * q scaling as a separate multiply (gdn_step.c). */
-__device__ void l2_norm_smem(float *x, int n, float eps, float extra, double *red)
-{
-    double ss = 0.0;
-    for (int i = threadIdx.x; i < n; i += blockDim.x)
-        ss += (double)x[i] * (double)x[i];
-    ss = block_sum_f64(ss, red);
-    const float scale = 1.0f / fmaxf((float)sqrt(ss), eps);
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
-        const float y = __fmul_rn(x[i], scale);
-        x[i] = extra == 1.0f ? y : __fmul_rn(y, extra);
-    }
-    __syncthreads();
-}
-
 /* Key head of value head h. */
 __device__ __forceinline__ int key_head(const memra_gdn_step_args &a, const gdn_geom &g, int h)
 {
@@ -92,7 +101,9 @@ __device__ __forceinline__ int key_head(const memra_gdn_step_args &a, const gdn_
 /* ----------------------------------- fast kernel ------------------------------------- */
 
 /* The delta rule on one warp's 32 rows [j0, j0 + 32) of S_h^T (DK = 128 * VEC), ROWS rows
- * per step (all their loads in flight together: 8 KiB per warp); returns o_{j0 + lane}. */
+ * per step (all their loads in flight together: 8 KiB per warp); returns o_{j0 + lane}.
+ * Lane l's elements of a row: 4l..4l+3, then 128+4l.. (VEC = 2): increasing i, the canonical
+ * lane layout. */
 template <int VEC>
 __device__ float delta_rows(float *St, int j0, const float (&k)[VEC][4], const float (&q)[VEC][4],
                             const float *uv, float lambda, float beta)
@@ -125,10 +136,8 @@ __device__ float delta_rows(float *St, int j0, const float (&k)[VEC][4], const f
             r[rr] = acc;
         }
 #pragma unroll
-        for (int o = 16; o >= 1; o >>= 1)
-#pragma unroll
-            for (int rr = 0; rr < ROWS; rr++)
-                r[rr] = __fadd_rn(r[rr], __shfl_xor_sync(FULL_MASK, r[rr], o));
+        for (int rr = 0; rr < ROWS; rr++)
+            r[rr] = bfly_f32(r[rr]);
         float po[ROWS];
 #pragma unroll
         for (int rr = 0; rr < ROWS; rr++) {
@@ -147,10 +156,8 @@ __device__ float delta_rows(float *St, int j0, const float (&k)[VEC][4], const f
             po[rr] = acc;
         }
 #pragma unroll
-        for (int o = 16; o >= 1; o >>= 1)
-#pragma unroll
-            for (int rr = 0; rr < ROWS; rr++)
-                po[rr] = __fadd_rn(po[rr], __shfl_xor_sync(FULL_MASK, po[rr], o));
+        for (int rr = 0; rr < ROWS; rr++)
+            po[rr] = bfly_f32(po[rr]);
 #pragma unroll
         for (int rr = 0; rr < ROWS; rr++)
             if (lane == step * ROWS + rr)
@@ -164,7 +171,6 @@ __global__ void __launch_bounds__(kFastWarps * 32) gdn_step_fast(memra_gdn_step_
 {
     constexpr int DK = 128 * VEC;
     __shared__ float uq[DK], uk[DK], uv[MEMRA_GDN_MAX_HEAD_DIM], so[MEMRA_GDN_MAX_HEAD_DIM];
-    __shared__ double red[33];
     const int ka = blockIdx.x / g.r, mi = blockIdx.x % g.r, b = blockIdx.y, dv = a.head_v_dim;
     const int h = a.head_map == MEMRA_GDN_HEADS_TILED ? ka + mi * a.n_k_head : ka * g.r + mi;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -187,32 +193,42 @@ __global__ void __launch_bounds__(kFastWarps * 32) gdn_step_fast(memra_gdn_step_
     if (mi == 0)
         for (int ci = threadIdx.x; ci < 2 * DK; ci += blockDim.x)
             conv_shift(a, g, b, ci < DK ? ka * DK + ci : g.ck + ka * DK + ci - DK);
-    l2_norm_smem(uq, DK, a.eps, g.q_scale, red);
-    l2_norm_smem(uk, DK, a.eps, 1.0f, red);
-    const size_t bh = (size_t)b * (size_t)a.n_v_head + (size_t)h;
-    const float beta = dev_sigmoid(a.beta[bh]);
-    const float lambda = expf(__fmul_rn(a.ssm_a[h], dev_softplus(__fadd_rn(a.alpha[bh], a.dt_bias[h]))));
+    /* q_a, k_a in the canonical lane layout; L2 sums per lane in increasing i, butterfly */
     float k[VEC][4], q[VEC][4];
+    double sq = 0.0, sk = 0.0;
 #pragma unroll
     for (int v = 0; v < VEC; v++)
 #pragma unroll
         for (int c = 0; c < 4; c++) {
             k[v][c] = uk[4 * lane + 128 * v + c];
             q[v][c] = uq[4 * lane + 128 * v + c];
+            sq = add_sq(sq, q[v][c]);
+            sk = add_sq(sk, k[v][c]);
         }
+    const float scq = memra_gdn_l2_scale(bfly_f64(sq), a.eps), sck = memra_gdn_l2_scale(bfly_f64(sk), a.eps);
+#pragma unroll
+    for (int v = 0; v < VEC; v++)
+#pragma unroll
+        for (int c = 0; c < 4; c++) {
+            q[v][c] = __fmul_rn(__fmul_rn(q[v][c], scq), g.q_scale);
+            k[v][c] = __fmul_rn(k[v][c], sck);
+        }
+    const size_t bh = (size_t)b * (size_t)a.n_v_head + (size_t)h;
+    const float beta = memra_gdn_beta(a.beta[bh]);
+    const float lambda = memra_gdn_decay(a.ssm_a[h], a.alpha[bh], a.dt_bias[h]);
     float *St = (float *)(uintptr_t)a.ssm_state[b] + (size_t)h * (size_t)dv * DK;
     for (int grp = warp; grp < dv / 32; grp += kFastWarps)
         so[32 * grp + lane] = delta_rows<VEC>(St, 32 * grp, k, q, uv, lambda, beta);
     __syncthreads();
+    /* gated norm: dv lane layout (lane l: j = l, l + 32, ...), every warp the same bits */
     double ss = 0.0;
-    for (int j = threadIdx.x; j < dv; j += blockDim.x)
-        ss += (double)so[j] * (double)so[j];
-    ss = block_sum_f64(ss, red);
-    const float scale = 1.0f / sqrtf((float)(ss / (double)dv) + a.eps);
+    for (int j = lane; j < dv; j += 32)
+        ss = add_sq(ss, so[j]);
+    const float scale = memra_gdn_rms_scale(bfly_f64(ss), dv, a.eps);
     const float *z = a.z + (size_t)b * (size_t)g.cv + (size_t)h * (size_t)dv;
     for (int grp = warp; grp < dv / 32; grp += kFastWarps) {
         const int j = 32 * grp + lane;
-        const float y = __fmul_rn(__fmul_rn(a.norm_w[j], __fmul_rn(so[j], scale)), dev_silu(z[j]));
+        const float y = memra_gdn_gate(so[j], scale, a.norm_w[j], z[j]);
         const size_t blk = (size_t)b * (size_t)(g.cv / 32) + (size_t)(h * dv + 32 * grp) / 32;
         q8_1_quantize_warp(y, lane, (u8 *)a.y_q + blk * Q8_1_BYTES);
         if (a.o)
@@ -223,59 +239,80 @@ __global__ void __launch_bounds__(kFastWarps * 32) gdn_step_fast(memra_gdn_step_
 
 /* ---------------------------------- generic kernel ----------------------------------- */
 
-/* Value head h of row b: state update (one thread per row j, the reference's loops) and the
- * gated norm, into orow[dv]. */
+/* Value head h of row b: L2 norms (warp 0: q, warp 1: k), state update (warp w: rows j = w,
+ * w + nw, ...; lane l: i = 128 m + 4 l + c increasing, then the butterfly) and the gated norm,
+ * into orow[dv]. Called by the whole CTA. */
 __device__ void generic_head(const memra_gdn_step_args &a, const gdn_geom &g, int b, int h,
-                             float *u, float *orow, double *red)
+                             float *u, float *orow)
 {
     const int dk = a.head_k_dim, dv = a.head_v_dim, ka = key_head(a, g, h);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     float *uq = u, *uk = u + dk, *uv = u + 2 * dk;
     for (int ci = threadIdx.x; ci < 2 * dk + dv; ci += blockDim.x) {
         const int c = ci < dk ? ka * dk + ci : ci < 2 * dk ? g.ck + ka * dk + ci - dk : 2 * g.ck + h * dv + ci - 2 * dk;
         u[ci] = conv_silu(a, g, b, c);
     }
     __syncthreads();
-    l2_norm_smem(uq, dk, a.eps, g.q_scale, red);
-    l2_norm_smem(uk, dk, a.eps, 1.0f, red);
-    const size_t bh = (size_t)b * (size_t)a.n_v_head + (size_t)h;
-    const float beta = dev_sigmoid(a.beta[bh]);
-    const float lambda = expf(__fmul_rn(a.ssm_a[h], dev_softplus(__fadd_rn(a.alpha[bh], a.dt_bias[h]))));
-    float *St = (float *)(uintptr_t)a.ssm_state[b] + (size_t)h * (size_t)dv * (size_t)dk;
-    for (int j = threadIdx.x; j < dv; j += blockDim.x) {
-        float *s = St + (size_t)j * (size_t)dk; /* s[i] = S[i, j] */
-        float rr = 0.0f, acc = 0.0f;
-        for (int i = 0; i < dk; i++) {
-            s[i] = __fmul_rn(s[i], lambda);
-            rr = __fadd_rn(rr, __fmul_rn(s[i], uk[i]));
-        }
-        const float delta = __fmul_rn(beta, __fsub_rn(uv[j], rr));
-        for (int i = 0; i < dk; i++) {
-            s[i] = __fadd_rn(s[i], __fmul_rn(uk[i], delta));
-            acc = __fadd_rn(acc, __fmul_rn(s[i], uq[i]));
-        }
-        orow[j] = acc;
+    if (warp < 2) { /* each lane reads and rewrites only its own elements */
+        float *x = warp == 0 ? uq : uk;
+        double ss = 0.0;
+        for (int i0 = 4 * lane; i0 < dk; i0 += 128)
+            for (int i = i0; i < i0 + 4 && i < dk; i++)
+                ss = add_sq(ss, x[i]);
+        const float sc = memra_gdn_l2_scale(bfly_f64(ss), a.eps);
+        for (int i0 = 4 * lane; i0 < dk; i0 += 128)
+            for (int i = i0; i < i0 + 4 && i < dk; i++) {
+                const float y = __fmul_rn(x[i], sc);
+                x[i] = warp == 0 ? __fmul_rn(y, g.q_scale) : y;
+            }
     }
     __syncthreads();
-    double ss = 0.0;
-    for (int j = threadIdx.x; j < dv; j += blockDim.x)
-        ss += (double)orow[j] * (double)orow[j];
-    ss = block_sum_f64(ss, red);
-    const float scale = 1.0f / sqrtf((float)(ss / (double)dv) + a.eps);
+    const size_t bh = (size_t)b * (size_t)a.n_v_head + (size_t)h;
+    const float beta = memra_gdn_beta(a.beta[bh]);
+    const float lambda = memra_gdn_decay(a.ssm_a[h], a.alpha[bh], a.dt_bias[h]);
+    float *St = (float *)(uintptr_t)a.ssm_state[b] + (size_t)h * (size_t)dv * (size_t)dk;
+    for (int j = warp; j < dv; j += nw) {
+        float *s = St + (size_t)j * (size_t)dk; /* s[i] = S[i, j] */
+        float r = 0.0f;
+        for (int i0 = 4 * lane; i0 < dk; i0 += 128)
+            for (int i = i0; i < i0 + 4 && i < dk; i++) {
+                const float e = __fmul_rn(s[i], lambda);
+                s[i] = e;
+                r = __fadd_rn(r, __fmul_rn(e, uk[i]));
+            }
+        r = bfly_f32(r);
+        const float delta = __fmul_rn(beta, __fsub_rn(uv[j], r));
+        float acc = 0.0f;
+        for (int i0 = 4 * lane; i0 < dk; i0 += 128)
+            for (int i = i0; i < i0 + 4 && i < dk; i++) {
+                const float e = __fadd_rn(s[i], __fmul_rn(uk[i], delta));
+                s[i] = e;
+                acc = __fadd_rn(acc, __fmul_rn(e, uq[i]));
+            }
+        acc = bfly_f32(acc);
+        if (lane == 0)
+            orow[j] = acc;
+    }
+    __syncthreads();
+    double ss = 0.0; /* every warp forms the same sum (dv lane layout) */
+    for (int j = lane; j < dv; j += 32)
+        ss = add_sq(ss, orow[j]);
+    const float scale = memra_gdn_rms_scale(bfly_f64(ss), dv, a.eps);
+    __syncthreads(); /* all sums read orow before it is overwritten */
     const float *z = a.z + (size_t)b * (size_t)g.cv + (size_t)h * (size_t)dv;
     for (int j = threadIdx.x; j < dv; j += blockDim.x)
-        orow[j] = __fmul_rn(__fmul_rn(a.norm_w[j], __fmul_rn(orow[j], scale)), dev_silu(z[j]));
+        orow[j] = memra_gdn_gate(orow[j], scale, a.norm_w[j], z[j]);
     __syncthreads();
 }
 
 __global__ void __launch_bounds__(kGenericThreads) gdn_step_generic(memra_gdn_step_args a, gdn_geom g)
 {
     extern __shared__ float sh[]; /* [Cv] output row, then [2 dk + dv] conv outputs */
-    __shared__ double red[33];
     const int b = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     float *orow = sh, *u = sh + g.cv;
     pdl_wait();
     for (int h = 0; h < a.n_v_head; h++)
-        generic_head(a, g, b, h, u, orow + (size_t)h * (size_t)a.head_v_dim, red);
+        generic_head(a, g, b, h, u, orow + (size_t)h * (size_t)a.head_v_dim);
     for (int k = warp; k < g.cv / 32; k += kGenericThreads / 32) {
         const float y = orow[32 * k + lane];
         q8_1_quantize_warp(y, lane, (u8 *)a.y_q + ((size_t)b * (size_t)(g.cv / 32) + (size_t)k) * Q8_1_BYTES);
@@ -301,7 +338,7 @@ extern "C" int memra_gdn_step_cuda(const memra_gdn_step_args *a, cudaStream_t s)
     g.cv = a->n_v_head * a->head_v_dim;
     g.cc = 2 * g.ck + g.cv;
     g.r = a->n_v_head / a->n_k_head;
-    g.q_scale = 1.0f / sqrtf((float)a->head_k_dim);
+    g.q_scale = memra_gdn_q_scale(a->head_k_dim);
     if (a->b > 65535)
         return cuda_ops_invalid("gdn_step: b exceeds the grid limit 65535");
     const bool fast = (a->head_k_dim == 128 || a->head_k_dim == 256) && a->head_v_dim % 32 == 0 && g.r <= 8;

@@ -3,18 +3,34 @@
  * layer, from the merged qkv/z/beta/alpha projections to the q8_1 input of ssm_out
  * (spec qwen35.md §3.4 steps 2-10).
  *
+ * Exactness: the CUDA kernel (gdn_step.cu, both its fast and generic paths) and the CPU
+ * reference (ref/gdn_step.c) produce the same bits (memcmp) for o, y_q and both states. The
+ * order below is the kernel's parallel order; it depends on dk and dv only (never on b, the
+ * row, the block size or the SM count). Every piece is a function of kernels/gdn_canon.h.
+ *
  * Dims: Hk key heads of dk, Hv value heads of dv, Ck = Hk*dk, Cv = Hv*dv, Cc = 2*Ck + Cv conv
- * channels, K conv taps. Per row b (f32, RN, no FMA; identical to runtime/refmodel.c):
- *   conv:  u_c = sum_{j<K-1} conv_w[c,j] * C(c,j), then + conv_w[c,K-1] * qkv[b,c]
- *          (f32 accumulation in that order); u_c = silu(u_c);
+ * channels, K conv taps. f32 ops are single IEEE ops rounded to nearest (no FMA); "f64" sums
+ * add exact products (double)x * (double)x. Per row b:
+ *   conv:  u_c = memra_x_siluf(acc), acc = 0 + conv_w[c,0] C(c,0) + ... + conv_w[c,K-2] C(c,K-2)
+ *          + conv_w[c,K-1] qkv[b,c] (f32, left to right; memra_gdn_conv_silu);
  *          C(c, .) <- [C(c,1..K-2), qkv[b,c]] (raw values, time fastest, t = 0 oldest)
- *   q_a, k_a (a < Hk): L2-normed (ref_common.h), q_a *= 1.0f / sqrtf(dk)
+ *   lanes: a dk-vector's element i belongs to lane L(i) = (i / 4) % 32 (lane l: i = 128 m +
+ *          4 l + c, m = 0, 1, .., c = 0..3); a dv-vector's element j to lane j % 32. A lane
+ *          partial starts at 0 and adds its terms in increasing index. BFLY: for off = 16, 8,
+ *          4, 2, 1: p_l <- p_l + p_(l xor off) for all 32 lanes at once (every lane ends equal).
+ *   q_a, k_a (a < Hk): ss = BFLY of f64 lane partials of x_i^2 (dk layout);
+ *          x_i <- x_i * (1.0f / fmaxf((float)sqrt(ss), eps)); then q_i <- q_i * (1.0f /
+ *          sqrtf((float)dk)) as a separate multiply
  *   value head h uses key head a = h mod Hk (TILED, qwen35) or h / (Hv/Hk) (GROUPED)
- *   beta = sigmoid(beta[b,h]);  lambda = expf(ssm_a[h] * softplus(alpha[b,h] + dt_bias[h]))
- *   for each value index j (row j of S^T): S[.,j] *= lambda; r = sum_i S[i,j] k_i;
- *     delta = beta * (v_j - r); S[i,j] += k_i * delta; o_j = sum_i S[i,j] q_i   (f32 sums,
- *     increasing i)
- *   o_h <- rmsnorm(o_h) * norm_w * silu(z[b, h*dv ..)) (rms_norm_q8 arithmetic over dv)
+ *   beta = memra_x_sigmoidf(beta[b,h]);
+ *   lambda = memra_x_expf(ssm_a[h] * memra_x_softplusf(alpha[b,h] + dt_bias[h]))
+ *   for each value index j (row j of S^T), with DOT(x, y) = BFLY of f32 lane partials of
+ *   x_i * y_i (dk layout):
+ *     s_i <- s_i * lambda;  r = DOT(s, k);  delta = beta * (v_j - r);
+ *     s_i <- s_i + k_i * delta;  o_j = DOT(s, q)
+ *   gated norm over head h's dv outputs: ss = BFLY of f64 lane partials of o_j^2 (dv layout);
+ *     scale = 1.0f / sqrtf((float)(ss / dv) + eps);
+ *     o_j <- (norm_w[j] * (o_j * scale)) * memra_x_siluf(z[b, h*dv + j])
  *   y_q[b] = memra_quantize_q8_1(o[b])  (q8_1 [b, Cv/32]); o also stored as f32 if non-NULL.
  * State (f32, per-sequence regions, row bases from the pointer table):
  *   conv: [Cc][K-1], element (c, t) at c*(K-1) + t

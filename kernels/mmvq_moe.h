@@ -5,8 +5,13 @@
  *   for row b, rank r < n_used, e = ids[b, r], weight s, output o:
  *     v = memra_vec_dot_q8_1(qtype_s, W_s[e] row o, a[b], k);  if (scale_s) v = v * scale_s[e]
  *     y_s[b, r, o] = v
- * Same per-row arithmetic as mmvq (mmvq.h). An id outside [0, n_expert) (a routing bug)
- * yields zeros instead of an out-of-bounds read.
+ * Exact arithmetic (CPU reference and CUDA kernel alike, f32 RN, no FMA): T = 0; T = T + r_j
+ * over the dot blocks j = 0, 1, ... in increasing order, r_j = memra_vec_dot_block (the integer
+ * block sums, then runtime/quant.c's fixed per-block f32 epilogue); v = T, or T * scale_s[e].
+ * So y is bit-identical between the backends, and row b depends on row b only.
+ * CUDA (kernels/mmvq_moe.cu): one warp per (b, r, s, 16-output tile), the per-block r_j from
+ * the mmvq template's block functions (kernels/moe_tile.cuh).
+ * An id outside [0, n_expert) (a routing bug) yields zeros instead of an out-of-bounds read.
  */
 #ifndef MEMRA_KERNEL_MMVQ_MOE_H
 #define MEMRA_KERNEL_MMVQ_MOE_H

@@ -2,20 +2,28 @@
  * moe_down.h — args of moe_down (catalog: MOE_DOWN): the routed experts' down projections
  * fused with the weighted combine and the residual add, plus the shared expert:
  *   x[b] += sum_r wts[b,r] * (W[ids[b,r]] . a[b,r]) + sigmoid(sh_gate[b]) * (sh_w . sh_a[b])
- * Per output o of row b (f32, RN, no FMA; the reference model's order, runtime/refmodel.c):
+ * Per output o of row b, exactly (f32, RN, no FMA; the reference model's order,
+ * runtime/refmodel.c; CPU reference and CUDA kernel alike, so x is bit-identical):
  *   f = 0
- *   for r in 0..n_used-1 (moe_route's rank order):
- *     d = memra_vec_dot_q8_1(W[e] row o, a[b, r], k)  (* scale[e] when given);  f += w_r * d
+ *   for r in 0..n_used-1 (moe_route's rank order), e = ids[b, r] in [0, n_expert):
+ *     d = memra_vec_dot_q8_1(W[e] row o, a[b, r], k)  (* scale[e] when given);  f = f + w_r * d
  *   if the shared expert is present (slot 1):
  *     s = memra_vec_dot_q8_1(sh_w row o, sh_a[b], k_sh)  (* sh_scale[0] when given)
- *     f = f + (1 / (1 + expf(-sh_gate[b]))) * s
+ *     f = f + memra_x_sigmoidf(sh_gate[b]) * s       (kernels/exact_math.h, both sides)
  *   x[b, o] = x[b, o] + f
- * An id outside [0, n_expert) contributes nothing (never produced by moe_route).
+ * memra_vec_dot_q8_1: T = 0; T = T + r_j over the dot blocks j in increasing order, r_j =
+ * memra_vec_dot_block (runtime/quant.c). An id outside [0, n_expert) contributes nothing
+ * (never produced by moe_route). n_used <= MEMRA_MOE_MAX_USED (moe_route's bound).
+ * CUDA (kernels/moe_down.cu): one CTA per (b, 16-output tile); its warps compute the d / s
+ * of the ranks and the shared expert in parallel (kernels/moe_tile.cuh), then one thread per
+ * output runs the f chain above.
  */
 #ifndef MEMRA_KERNEL_MOE_DOWN_H
 #define MEMRA_KERNEL_MOE_DOWN_H
 
 #include <stdint.h>
+
+#include "moe_route.h" /* MEMRA_MOE_MAX_USED */
 
 typedef struct memra_moe_down_args {
     const void *a;          /* q8_1 blocks [b, n_used, k/32]: each expert's silu_mul output */
@@ -46,8 +54,8 @@ static inline const char *memra_moe_down_check(const memra_moe_down_args *a)
     if (!a->a || !a->ids || !a->wts || !a->w || !a->x)
         return "null pointer";
     if (a->k <= 0 || a->k % 32 != 0 || a->n <= 0 || a->b <= 0 || a->n_used <= 0 ||
-        a->n_expert <= 0)
-        return "k must be a positive multiple of 32; n, b, n_used, n_expert positive";
+        a->n_expert <= 0 || a->n_used > MEMRA_MOE_MAX_USED)
+        return "k must be a positive multiple of 32; n, b, n_expert positive; n_used in 1..64";
     if (a->row_bytes == 0 || a->expert_bytes < (uint64_t)a->n * a->row_bytes)
         return "expert geometry out of range";
     const int sh = a->sh_a != 0;

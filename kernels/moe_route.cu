@@ -2,22 +2,25 @@
  * moe_route.cu — CUDA moe_route (contract: kernels/moe_route.h): softmax over the router
  * logits, top n_used (descending, lower index first on ties, NaN last), renormalised.
  *
- * One CTA of 256 threads per row. mx = block fmaxf (order-free); Z = sum of expf(l - mx) in
- * a fixed order (thread-strided f32 partial sums, then the block butterfly), which differs
- * from the reference's increasing-index f32 sum only in rounding; pi = e * (1 / Z) as the
- * reference. The top-k is n_used block arg-max passes under the reference's total order
- * ranks_before (so the selection is independent of the reduction order); pi is cached in
+ * One CTA of MEMRA_MOE_ROUTE_THREADS (256) threads per row. mx = block fmaxf (order-free);
+ * Z = sum of memra_x_expf(l - mx) in the header's canonical order (thread-strided f32
+ * partial sums, then block_sum_f32), which the reference emulates exactly (kref_exp_sum_blk);
+ * pi = e * (1 / Z) as the reference, so ids and weights are bit-identical. The top-k is
+ * n_used block arg-max passes under the reference's total order ranks_before (so the
+ * selection is independent of the reduction order); pi is cached in
  * shared memory when n_expert <= kCacheExperts, else recomputed each pass (pure function of
  * (l, mx, Z): same bits every pass). The renormalisation is one thread's rank-order f32 sum,
  * exactly the reference's.
- * Must not: use atomics on floats, or let a row read another row.
+ * Must not: use atomics on floats, CUDA's expf, or let a row read another row; change
+ * kThreads or the reduction without the reference (kernels/ref/moe_route.c).
  */
 #include "cuda_common.cuh"
 #include "cuda_ops.h"
+#include "exact_math.h"
 
 namespace {
 
-constexpr int kThreads = 256;
+constexpr int kThreads = MEMRA_MOE_ROUTE_THREADS; /* part of the summation order */
 constexpr int kCacheExperts = 8192; /* 32 KiB of pi in shared memory */
 
 /* pa (expert a) ranks before pb (expert b): larger, NaN after every number, lower index on
@@ -85,12 +88,12 @@ __global__ void __launch_bounds__(kThreads) moe_route_kernel(memra_moe_route_arg
     mx = block_max_f32(mx, red);
     float z = 0.0f;
     for (int e = threadIdx.x; e < E; e += kThreads)
-        z = __fadd_rn(z, expf(l[e] - mx));
+        z = __fadd_rn(z, memra_x_expf(__fsub_rn(l[e], mx)));
     z = block_sum_f32(z, red);
     const float inv = 1.0f / z;
     if (CACHE)
         for (int e = threadIdx.x; e < E; e += kThreads)
-            pi_cache[e] = expf(l[e] - mx) * inv;
+            pi_cache[e] = memra_x_expf(__fsub_rn(l[e], mx)) * inv;
     __syncthreads();
     for (int k = 0; k < a.n_used; k++) {
         float pb = 0.0f;
@@ -98,7 +101,7 @@ __global__ void __launch_bounds__(kThreads) moe_route_kernel(memra_moe_route_arg
         for (int e = threadIdx.x; e < E; e += kThreads) {
             if (taken[e / 32] & (1u << (e % 32)))
                 continue;
-            const float pe = CACHE ? pi_cache[e] : expf(l[e] - mx) * inv;
+            const float pe = CACHE ? pi_cache[e] : memra_x_expf(__fsub_rn(l[e], mx)) * inv;
             if (ranks_before(pe, e, pb, ib)) {
                 pb = pe;
                 ib = e;

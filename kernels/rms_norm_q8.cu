@@ -2,20 +2,22 @@
  * rms_norm_q8.cu — CUDA rms_norm_q8 (contract: kernels/rms_norm_q8.h):
  * y = q8_1(w * (x * (1 / sqrtf(mean(x^2) + eps)))), optionally also the f32 y.
  *
- * One CTA of 1024 threads per row. The sum of squares is accumulated in f64 like the CPU
- * reference (each x^2 is exact in f64) in a fixed order: thread-strided partial sums, then
- * the block butterfly. The reference sums in increasing j, so the f64 sums may differ in
- * their last bits; after the rounding to f32 of ss / n they agree except when ss / n lies
- * within ~n * 2^-53 (relative) of an f32 rounding boundary. Everything after the sum is the
- * reference's f32 sequence, and the q8_1 blocks come from the shared warp quantizer.
- * Must not: depend on b (one CTA per row, fixed blockDim).
+ * One CTA of MEMRA_RMS_NORM_Q8_THREADS (1024) threads per row. The sum of squares is
+ * accumulated in f64 (each x^2 is exact in f64) in the canonical order of the header:
+ * thread-strided partial sums, then block_sum_f64 (warp butterflies, then a butterfly over
+ * the 32 warp sums); the CPU reference emulates that order exactly (kref_rms_scale_blk), so
+ * ss, the scale, every y and every q8_1 byte are bit-identical. Everything after the sum is
+ * the reference's f32 sequence, and the q8_1 blocks come from the shared warp quantizer.
+ * Must not: depend on b (one CTA per row, fixed blockDim); change kThreads or the reduction
+ * without the reference (kernels/ref/ref_common.c).
  */
 #include "cuda_common.cuh"
 #include "cuda_ops.h"
 
 namespace {
 
-constexpr int kThreads = 1024;
+constexpr int kThreads = MEMRA_RMS_NORM_Q8_THREADS; /* part of the summation order */
+static_assert(kThreads % 32 == 0 && kThreads <= 1024, "block_sum_f64: whole warps, at most 32");
 
 __global__ void __launch_bounds__(kThreads) rms_norm_q8_kernel(memra_rms_norm_q8_args a)
 {

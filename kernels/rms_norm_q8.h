@@ -2,18 +2,27 @@
  * rms_norm_q8.h — args of rms_norm_q8 (catalog: runtime/ops.def RMS_NORM_Q8):
  * y = rmsnorm(x) * w as engine q8_1 blocks (the input of the next mmvq), optionally also f32.
  *
- * Per row b (f32 unless stated, RN, no FMA):
- *   ss = sum_j x[b,j]^2 (CPU reference: f64, increasing j; a GPU kernel: a fixed per-row
- *   order); mean = (float)(ss / n); scale = 1.0f / sqrtf(mean + eps);
- *   y[b,j] = w[j] * (x[b,j] * scale);   y_q[b] = memra_quantize_q8_1(y[b]) (bytes identical
- *   on CPU and GPU for identical y).
+ * Per row b (f32 unless stated, RN, no FMA), bit-identical on CPU and GPU:
+ *   ss = sum_j x[b,j]^2 in f64 (each (double)x * (double)x is exact) in THIS order, with
+ *        T = MEMRA_RMS_NORM_Q8_THREADS = 1024 (the CUDA block; the order depends on n only):
+ *        thread t (t = 0..1023, lane l = t % 32, warp w = t / 32) sums j = t, t + T, t + 2T, ...
+ *        < n, starting from +0.0, increasing j;  then each warp's 32 partials by the xor
+ *        butterfly (lane l += lane l^o for o = 16, 8, 4, 2, 1: emulated as v[l] += v[l + o]
+ *        for l < o, result v[0]);  then the 32 warp sums r[0..31] by the same butterfly
+ *        (kref_block_sum_f64; cuda_common.cuh block_sum_f64);
+ *   mean = (float)(ss / (double)n); scale = 1.0f / sqrtf(mean + eps);
+ *   y[b,j] = w[j] * (x[b,j] * scale);   y_q[b] = memra_quantize_q8_1(y[b]).
+ * CPU reference: kernels/ref/ref_common.c kref_rms_scale_blk(x, n, eps, 1024) (the canonical
+ * primitive, also kref_rms_norm_canon for the reference model's norms).
  * eps is added to the mean, inside the sqrt (spec qwen35.md §3.1, pitfall 9). Row b reads
- * only row b.
+ * only row b. NaN / Inf inputs: same positions, NaN payloads may differ.
  */
 #ifndef MEMRA_KERNEL_RMS_NORM_Q8_H
 #define MEMRA_KERNEL_RMS_NORM_Q8_H
 
 #include <stdint.h>
+
+#define MEMRA_RMS_NORM_Q8_THREADS 1024 /* the CUDA block; part of the summation order */
 
 typedef struct memra_rms_norm_q8_args {
     const float *x; /* [b, n] */

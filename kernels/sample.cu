@@ -12,8 +12,8 @@
  *  2. top-k: t_k = the top_k-th largest order-preserving key, found exactly by a 4-round
  *     MSB-first radix select (8-bit digits, integer histograms) instead of bisection — the
  *     same number: the largest t with #{key >= t} >= top_k.
- *  3. p_i = expf((l_i - l_max) / T) for i in C (else marked -1) — CUDA's expf, within 2 ulp
- *     of glibc's.
+ *  3. p_i = memra_x_expf((l_i - l_max) / T) for i in C (else marked -1): kernels/exact_math.h,
+ *     the reference's bits.
  *  4. top-p: the largest bit pattern t_p with mass(p >= t_p) >= top_p * Z, by the same radix
  *     select over the bits of p with per-bin MASSES.
  *  5. draw: first i in K (increasing id) whose running mass exceeds u * mass(K).
@@ -21,16 +21,17 @@
  * most 2^24 terms, so no overflow; terms below 2^-77 vanish, < 2^-53 of Z in total), summed
  * with shared-memory 64-bit integer atomics (carry propagated; lanes of a warp with equal
  * bins aggregated first), which are associative: the sums are exact and independent of
- * thread order. Radix walks over the 256 bins are done by one warp (lane suffix sums). The reference sums in f64, so the two can
- * choose differently only when a boundary mass comparison is within f64 rounding (and where
- * expf differs by an ulp); the draw target u * mass(K) is computed exactly from the draw's
- * 24 bits.
- * Must not: use float atomics, or let a row see another row (each cluster is one row).
+ * thread order. Radix walks over the 256 bins are done by one warp (lane suffix sums). The
+ * reference computes the very same integers (kernels/ref/sample.c), so the token is
+ * bit-identical; the draw target floor(mass(K) * u24 / 2^24) is exact.
+ * Must not: use float atomics or CUDA's expf, or let a row see another row (each cluster is
+ * one row); change the fixed-point mass (fx) without the reference.
  */
 #include <cooperative_groups.h>
 
 #include "cuda_common.cuh"
 #include "cuda_ops.h"
+#include "exact_math.h"
 #include "rng.h"
 
 namespace cg = cooperative_groups;
@@ -478,7 +479,8 @@ __global__ void __launch_bounds__(kThreads, 1) sample_kernel(memra_sample_args a
     for (int i = threadIdx.x; i < n; i += kThreads) {
         const float v = L[i];
         const bool in_c = !isnan(v) && fkey(v) >= kmin;
-        const float p = in_c ? expf(__fdiv_rn(__fsub_rn(v, lmax), prm.temperature)) : -1.0f;
+        const float p =
+            in_c ? memra_x_expf(__fdiv_rn(__fsub_rn(v, lmax), prm.temperature)) : -1.0f;
         P[i] = p;
         if (in_c)
             z += fx(p);

@@ -2,25 +2,32 @@
  * sample.h — args of sample: one token per row from logits [b, n_vocab] and that row's
  * sampling parameters; out_tokens[b] in the tick block.
  *
- * The rule (CPU reference = definition; a GPU kernel reproduces it up to float summation
- * order in Z and the top-p masses, which can move a top-p boundary only when two masses
- * agree to ~1 ulp):
- *  1. temperature <= 0 (or NaN) or top_k == 1, or the largest logit is +inf: greedy, argmax
+ * The rule (CPU reference = definition; the CUDA kernel gives the same token, bit for bit:
+ * every mass is an exact integer, so no summation order enters):
+ *  1. temperature <= 0 (or NaN) or top_k == 1, or the largest logit is +-inf: greedy, argmax
  *     with the LOWEST index winning ties. NaN logits are never chosen (all NaN: token 0).
  *  2. Otherwise, with T = temperature, l_max = max logit:
- *     C = all tokens, or when 0 < top_k < n_vocab: {i : l_i >= t_k} with t_k the top_k-th
- *         largest logit (ties at the boundary are all kept);
- *     p_i = expf((l_i - l_max) / T) (f32) for i in C;  Z = sum_C p_i (f64, increasing i);
- *     K = C, or when 0 < top_p < 1: {i in C : p_i >= t_p} with t_p the largest value for
- *         which sum_{i in C, p_i >= t_p} p_i >= top_p * Z (the smallest high-probability set
+ *     C = all non-NaN tokens, or when 0 < top_k < #non-NaN: {i : l_i >= t_k} with t_k the
+ *         top_k-th largest logit (ties at the boundary are all kept);
+ *     p_i = memra_x_expf((l_i - l_max) / T) (f32 sub and div, RN; kernels/exact_math.h);
+ *     m_i = floor(p_i * 2^100) as a 128-bit integer (exact from p's bits; p_i < 2^-77 gives 0);
+ *     Z = sum_C m_i (exact);
+ *     K = C, or when 0 < top_p < 1: {i in C : bits(p_i) >= t_p} with
+ *         target = floor((double)top_p * (double)Z) (the double of Z: (double)hi64 * 2^64 +
+ *         (double)lo64, RN), or 1 if that is 0, and t_p the largest uint32 for which
+ *         sum_{i in C, bits(p_i) >= t_p} m_i >= target (the smallest high-probability set
  *         holding top_p of the mass; ties at the boundary all kept);
- *     u = memra_rng_uniform(seed, step) in [0, 1) (Philox4x32-10, runtime/rng.h);
- *     walk K in increasing token id with cum += p_i (f64): the first i with
- *     cum > u * sum_K p_i is the token (the last of K if rounding leaves none).
- * Thresholds are found by bisection over the ordered float bit patterns, so the CPU
- * reference needs no sort and no scratch (the catalog's scratch [2, b, n_vocab] is for GPU
- * kernels; the reference ignores it). The token depends only on (logits row, params row): the
- * same (seed, step) gives the same token in any row of any tier.
+ *     M = sum_K m_i; u24 = out[0] >> 8 of memra_philox4x32_10({step lo, step hi, 0, 0},
+ *         {seed lo, seed hi}) (so memra_rng_uniform(seed, step) = u24 * 2^-24, runtime/rng.h);
+ *     target = floor(M * u24 / 2^24) (exact);
+ *     walk K in increasing token id with cum += m_i: the first i with cum > target is the
+ *     token (one exists: target < M).
+ * Both thresholds are the unique largest values of their definitions: the reference finds t_k
+ * by bisection over order-preserving keys and t_p by an MSB-first radix select over the bits
+ * of p (4 passes of 256 bins), the kernel by radix selects; no sort and no scratch in the
+ * reference (the catalog's scratch [2, b, n_vocab] is for GPU kernels; the reference ignores
+ * it). The token depends only on (logits row, params row): the same (seed, step) gives the
+ * same token in any row of any tier.
  */
 #ifndef MEMRA_KERNEL_SAMPLE_H
 #define MEMRA_KERNEL_SAMPLE_H

@@ -3,8 +3,13 @@
  *   y_s[r] = q8_1( silu(g_s[r]) * u_s[r] )  for rows r in [0, b * m_s), each n_s wide,
  * m_s = 1 for a dense FFN, n_used for routed experts ([b, n_used, n_ff_exp], each expert's
  * row quantized on its own); slot 1 lets the shared expert ride in the same launch.
- * Arithmetic (f32, RN, no FMA): t = (g * (1 / (1 + expf(-g)))) * u, then
- * memra_quantize_q8_1 of the row. Row r reads only row r.
+ * Arithmetic, bit-identical on CPU and GPU: t = memra_x_siluf(g) * u (kernels/exact_math.h:
+ * (float)((double)g / (1.0 + memra_x_exp(-(double)g))), then one f32 RN product), then
+ * memra_quantize_q8_1 of the row (per 32-block). No reduction: each value is elementwise.
+ * Row r reads only row r. NaN inputs: same positions, NaN payloads may differ.
+ *
+ * Also here (test support, tests/gpu/test_ops_gpu.c): memra_exact_math_eval_cuda evaluates
+ * one kernels/exact_math.h function on the GPU, elementwise, for the CPU-vs-GPU memcmp test.
  */
 #ifndef MEMRA_KERNEL_SILU_MUL_Q8_H
 #define MEMRA_KERNEL_SILU_MUL_Q8_H
@@ -46,6 +51,17 @@ extern "C" {
 #endif
 /* CPU reference: MEMRA_OK, or MEMRA_ERR_INVALID_ARG when the check fails. */
 int memra_silu_mul_q8_ref(const memra_silu_mul_q8_args *a);
+
+/* Functions of memra_exact_math_eval_cuda: out[i] = f(x[i]) (f(x[i], y[i]) for POW); the
+ * float ones take (float)x[i] (x[i] must hold a float) and return the float widened. */
+enum {
+    MEMRA_XM_EXP, MEMRA_XM_LOG, MEMRA_XM_LOG1P, MEMRA_XM_POW, MEMRA_XM_SIN, MEMRA_XM_COS,
+    MEMRA_XM_EXPF, MEMRA_XM_SIGMOIDF, MEMRA_XM_SILUF, MEMRA_XM_SOFTPLUSF, MEMRA_XM_COUNT
+};
+/* Device pointers x, y (read only for POW), out [n]; synchronous (default stream). MEMRA_OK,
+ * MEMRA_ERR_INVALID_ARG (fn or n out of range), or MEMRA_ERR_CUDA. Only in CUDA builds. */
+int memra_exact_math_eval_cuda(int32_t fn, const double *x, const double *y, double *out,
+                               int64_t n);
 #ifdef __cplusplus
 }
 #endif

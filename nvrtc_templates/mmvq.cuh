@@ -11,22 +11,24 @@
  * Runtime parameters: memra_mmvq_params (mmvq_params.h).
  *
  * Work split (fixed for every B, so row b of a B-wide call is bit-identical to a B = 1 call):
- *   - a warp owns a tile of 16 outputs of one weight and a "part" of K: the steps (256
- *     elements for the integer types) s = part, part + ksplit, ... in increasing order;
- *     ksplit is 1, 2 or 4 and depends on the shape only;
- *   - the warp streams its 16 rows' step bytes global -> shared with 16-byte cp.async, four
- *     stages deep; every weight byte is read once for all B rows;
+ *   - the summation order is kernels/mmvq.h's canonical one: P = memra_mmvq_parts(n_in)
+ *     (p.ksplit; 8 for n_in >= 4096) parts, part p owning the steps (256 elements for the
+ *     integer types) s = p, p + P, ... in increasing order; a CUDA block of 8 warps runs
+ *     8 / P tiles, one warp per (tile of 16 outputs, part);
+ *   - the warp streams its 16 rows' step bytes global -> shared with 16-byte cp.async, 3
+ *     stages deep (2 for slots > 160 B); every weight byte is read once for all B rows;
  *   - integer dots are int8 tensor-core mma (m16n8k32 / m16n8k16; exact in any order), the
  *     weights as A (16 outputs x k), the q8_1 codes as B (k x 8 rows);
  *   - for each (output, row) the lane holding that mma accumulator evaluates the per-block
  *     float epilogue of runtime/quant.c with the same operations in the same order
  *     (__fmul_rn / __fadd_rn, no FMA), giving r bit-identical to memra_vec_dot_block, then
- *     T = T + r over the warp's blocks in increasing order;
- *   - the parts of a tile are combined as ((T_0 + T_1) + T_2) + T_3 through shared memory.
- *     With ksplit = 1 the order is exactly memra_vec_dot_q8_1's, so y is bit-identical to
- *     the CPU reference; otherwise only the cross-block summation order differs.
+ *     T = T + r over the warp's blocks in increasing order. For B <= 4 the K-quants use the
+ *     lane-owned variant (block_kq_lk, block_q6k_lk): the same r with a quarter / half of
+ *     the float work;
+ *   - the parts of a tile are combined as ((T_0 + T_1) + T_2) + ... through shared memory,
+ *     so y is bit-identical (memcmp) to the CPU reference memra_mmvq_dot / memra_mmvq_ref.
  *   - epilogue: v = T (* scale[0]); y = v (mode 0) or y = y + v (mode 1).
- * Must not: use float atomics, split K by anything but the shape, or let a row's arithmetic
+ * Must not: use float atomics, split K by anything but n_in, or let a row's arithmetic
  * depend on another row (mma columns are independent exact integer sums).
  * Invariants: weights 16-byte aligned; nothing outside [w, w + n_out * row_bytes) is read
  * (the last, partial 16-byte unit is copied byte by byte).
@@ -38,8 +40,8 @@
 #include "mmvq_params.h"
 
 #define MMVQ_ROWS MEMRA_MMVQ_ROWS
-#define MMVQ_STAGES MEMRA_MMVQ_STAGES
 #define MMVQ_WARPS MEMRA_MMVQ_WARPS
+
 
 /* ------------------------------- geometry per qtype ----------------------------------- */
 
@@ -75,8 +77,9 @@ MEMRA_DEV void load_q8(const u8 *a, i64 rs, i64 i, int g, int t, u32 (&bf)[(B + 
 #pragma unroll
     for (int nt = 0; nt < (B + 7) / 8; nt++) {
         const int b = g + 8 * nt;
+        const bool full = B >= 8 * (nt + 1); /* every row of this column tile is live */
         bf[nt][0] = bf[nt][1] = 0;
-        if (b < B) {
+        if (full || b < B) {
             const u8 *p = a + b * rs + i * Q8_1_BYTES + 4 + 4 * t;
             bf[nt][0] = ldg_u32(p);
             bf[nt][1] = ldg_u32(p + 16);
@@ -84,7 +87,7 @@ MEMRA_DEV void load_q8(const u8 *a, i64 rs, i64 i, int g, int t, u32 (&bf)[(B + 
 #pragma unroll
         for (int e = 0; e < 2; e++) {
             const int c = 2 * t + e + 8 * nt;
-            da[nt][e] = c < B ? f16_to_f32((u16)ldg_u16(a + c * rs + i * Q8_1_BYTES)) : 0.0f;
+            da[nt][e] = full || c < B ? f16_to_f32((u16)ldg_u16(a + c * rs + i * Q8_1_BYTES)) : 0.0f;
         }
     }
 }
@@ -441,6 +444,232 @@ MEMRA_DEV void block_iq4xs(const u8 *w0, const u8 *w1, const u8 *a, i64 rs, i64 
                 acc_add(T[nt][e], __fmul_rn(d[e >> 1], st[nt][e][2]));
 }
 
+/* ------------------------- lane-owned sub-blocks (B <= 4) ------------------------------ */
+/*
+ * For B <= 4 most of an m16n8 accumulator is padding, so the K-quant blocks are computed with
+ * the mma columns REPEATING the live rows: column n reads q8_1 row n mod BP (BP = 1, 2, 4 for
+ * B = 1, 2, 3..4; rows >= B read nothing and give 0). Lane t then holds rows g, g + 8 of
+ * columns 2t, 2t + 1, i.e. of q8_1 rows ra_e = (2t + (e & 1)) mod BP -- the same rows in
+ * L = 8 / max(BP, 2) lanes. Those L lanes split the block's 8 sub-blocks: lane j (= t for
+ * B <= 2, t >> 1 for B <= 4) keeps the mma results of sub-blocks k = j KPL .. j KPL + KPL - 1
+ * (KPL = 8 / L) and evaluates only their float epilogue, then tree8 is finished across the
+ * lanes with xor shuffles:
+ *   KPL = 2: v = c_2j + c_2j+1; v = v + shfl_xor(v, 1); v = v + shfl_xor(v, 2)
+ *   KPL = 4: v = (c_4j + c_4j+1) + (c_4j+2 + c_4j+3); v = v + shfl_xor(v, 2)
+ * which is ((c0 + c1) + (c2 + c3)) + ((c4 + c5) + (c6 + c7)) in every lane (fp32 addition is
+ * commutative), i.e. quant.c's tree8 bit for bit. Every lane then holds r and T for its
+ * (row, column) pairs in the accumulator layout tile_store expects (lanes whose columns are
+ * >= B hold copies that are never stored). Same per-block arithmetic, a quarter (B <= 2) or
+ * half (B <= 4) of the float work, scale decodes and d_a loads of block_kq / block_q6k.
+ */
+template <int B> struct lk {
+    static constexpr int BP = B == 1 ? 1 : B == 2 ? 2 : 4;
+    static constexpr int KPL = B <= 2 ? 2 : 4;
+};
+#define LK_LIVE(B, e) ((B) > 1 || ((e) & 1) == 0)
+
+/* q8_1 row of accumulator column parity c (0, 1) in lane t. */
+template <int B> MEMRA_DEV int lk_row(int t, int c) { return (2 * t + c) & (lk<B>::BP - 1); }
+
+/* B fragments of q8_1 block i (k slots 4t.., 16 + 4t.. of column g -> row g mod BP). */
+template <int B>
+MEMRA_DEV void lk_load_b(const u8 *a, i64 rs, i64 i, int g, int t, u32 &b0, u32 &b1)
+{
+    const int r = g & (lk<B>::BP - 1);
+    b0 = b1 = 0;
+    if (r < B) {
+        const u8 *p = a + r * rs + i * Q8_1_BYTES + 4 + 4 * t;
+        b0 = ldg_u32(p);
+        b1 = ldg_u32(p + 16);
+    }
+}
+
+/* d_a of q8_1 block i for the lane's two column parities. */
+template <int B>
+MEMRA_DEV void lk_load_da(const u8 *a, i64 rs, i64 i, int t, float (&da)[2])
+{
+#pragma unroll
+    for (int c = 0; c < 2; c++) {
+        const int r = lk_row<B>(t, c);
+        if (B == 1 && c == 1) {
+            da[1] = da[0];
+            continue;
+        }
+        da[c] = r < B ? f16_to_f32((u16)ldg_u16(a + r * rs + i * Q8_1_BYTES)) : 0.0f;
+    }
+}
+
+/* tree8 of the lane's KPL values c[], finished across the lanes that share its columns. */
+template <int B> MEMRA_DEV float lk_tree(const float (&c)[lk<B>::KPL])
+{
+    if (lk<B>::KPL == 2) {
+        float v = __fadd_rn(c[0], c[1]);
+        v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, 1));
+        return __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, 2));
+    }
+    const float v = __fadd_rn(__fadd_rn(c[0], c[1]), __fadd_rn(c[2 % lk<B>::KPL], c[3 % lk<B>::KPL]));
+    return __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+
+/* kq_scale for a run-time sub-block k (no divergence between lanes of different k). */
+MEMRA_DEV void kq_scale_rt(const u32 (&s)[3], int k, i32 &sc, i32 &m)
+{
+    const u32 sh = 8 * (k & 3);
+    const u32 x0 = s[0] >> sh, x1 = s[1] >> sh, x2 = s[2] >> sh;
+    const i32 sc_hi = (i32)((x2 & 15) | (((x0 >> 6) & 3) << 4));
+    const i32 m_hi = (i32)(((x2 >> 4) & 15) | (((x1 >> 6) & 3) << 4));
+    sc = k < 4 ? (i32)(x0 & 63) : sc_hi;
+    m = k < 4 ? (i32)(x1 & 63) : m_hi;
+}
+
+template <int QT, int B>
+MEMRA_DEV void block_kq_lk(const u8 *w0, const u8 *w1, const u8 *a, i64 rs, i64 kq, int g, int t,
+                           float (&T)[(B + 7) / 8][4])
+{
+    constexpr bool Q5 = QT == QT_Q5_K;
+    constexpr int KPL = lk<B>::KPL;
+    const int j = B <= 2 ? t : t >> 1;
+    const u8 *w[2] = {w0, w1};
+    u32 qh[2][2] = {{0, 0}, {0, 0}}, x[2][2] = {{0, 0}, {0, 0}};
+    i32 Sk[KPL][4], Qk[KPL][2];
+#pragma unroll
+    for (int r = 0; r < 2; r++)
+        if (Q5) {
+            qh[r][0] = ld_u32<16>(w[r] + 16 + 4 * t);
+            qh[r][1] = ld_u32<16>(w[r] + 32 + 4 * t);
+        }
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        u32 lo[2], hi[2], b0, b1;
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            if ((k & 1) == 0) {
+                const u8 *qs = w[r] + (Q5 ? 48 : 16) + 32 * (k >> 1) + 4 * t;
+                x[r][0] = ld_u32<16>(qs);
+                x[r][1] = ld_u32<16>(qs + 16);
+            }
+            lo[r] = (x[r][0] >> (4 * (k & 1))) & 0x0F0F0F0Fu;
+            hi[r] = (x[r][1] >> (4 * (k & 1))) & 0x0F0F0F0Fu;
+            if (Q5) {
+                lo[r] |= ((qh[r][0] >> k) & 0x01010101u) << 4;
+                hi[r] |= ((qh[r][1] >> k) & 0x01010101u) << 4;
+            }
+        }
+        lk_load_b<B>(a, rs, kq + k, g, t, b0, b1);
+        i32 S[4], Q[4];
+        mma_k32(S, lo[0], lo[1], hi[0], hi[1], b0, b1);
+        q8_sums(Q, b0, b1);
+        if (j == k / KPL) {
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                Sk[k % KPL][e] = S[e];
+            Qk[k % KPL][0] = Q[0];
+            Qk[k % KPL][1] = Q[1];
+        }
+    }
+    u32 sw[2][3];
+#pragma unroll
+    for (int r = 0; r < 2; r++)
+#pragma unroll
+        for (int i = 0; i < 3; i++)
+            sw[r][i] = ld_u32<16>(w[r] + 4 + 4 * i);
+    float cA[4][KPL], cB[4][KPL];
+#pragma unroll
+    for (int i = 0; i < KPL; i++) {
+        const int k = j * KPL + i;
+        i32 sc[2], mn[2];
+        kq_scale_rt(sw[0], k, sc[0], mn[0]);
+        kq_scale_rt(sw[1], k, sc[1], mn[1]);
+        float da[2];
+        lk_load_da<B>(a, rs, kq + k, t, da);
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            if (!LK_LIVE(B, e))
+                continue;
+            const i32 X = sc[e >> 1] * Sk[i][e], Y = mn[e >> 1] * Qk[i][e & 1];
+            cA[e][i] = __fmul_rn(da[e & 1], Q5 ? i2f(X) : i2f_22(X));
+            cB[e][i] = __fmul_rn(da[e & 1], i2f_22(Y));
+        }
+    }
+    const float d[2] = {f16_to_f32((u16)ld_u16<16>(w0)), f16_to_f32((u16)ld_u16<16>(w1))};
+    const float dm[2] = {f16_to_f32((u16)ld_u16<16>(w0 + 2)), f16_to_f32((u16)ld_u16<16>(w1 + 2))};
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+        if (!LK_LIVE(B, e))
+            continue;
+        const float tA = lk_tree<B>(cA[e]), tB = lk_tree<B>(cB[e]);
+        acc_add(T[0][e], __fsub_rn(__fmul_rn(d[e >> 1], tA), __fmul_rn(dm[e >> 1], tB)));
+    }
+}
+
+template <int B>
+MEMRA_DEV void block_q6k_lk(const u8 *w0, const u8 *w1, const u8 *a, i64 rs, i64 kq, int g,
+                            int t, float (&T)[(B + 7) / 8][4])
+{
+    constexpr int KPL = lk<B>::KPL;
+    const int j = B <= 2 ? t : t >> 1;
+    const u8 *w[2] = {w0, w1};
+    u32 ql[2][4] = {}, qh[2][2] = {};
+    i32 Sl[KPL][4], Sh[KPL][4];
+#pragma unroll
+    for (int c = 0; c < 8; c++) {
+        const int n = c >> 2, k = c & 3;
+        u32 clo[2], chi[2], b0, b1;
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            if (k == 0) {
+#pragma unroll
+                for (int i = 0; i < 4; i++)
+                    ql[r][i] = ld_u32<2>(w[r] + 64 * n + 16 * i + 4 * t);
+                qh[r][0] = ld_u32<2>(w[r] + 128 + 32 * n + 4 * t);
+                qh[r][1] = ld_u32<2>(w[r] + 128 + 32 * n + 16 + 4 * t);
+            }
+            const int sh = k >= 2 ? 4 : 0;
+            const u32 lo = (ql[r][2 * (k & 1)] >> sh) & 0x0F0F0F0Fu;
+            const u32 hi = (ql[r][2 * (k & 1) + 1] >> sh) & 0x0F0F0F0Fu;
+            clo[r] = sub32(lo | (((qh[r][0] >> (2 * k)) & 0x03030303u) << 4));
+            chi[r] = sub32(hi | (((qh[r][1] >> (2 * k)) & 0x03030303u) << 4));
+        }
+        lk_load_b<B>(a, rs, kq + c, g, t, b0, b1);
+        i32 Slo[4], Shi[4];
+        mma_k16(Slo, clo[0], clo[1], b0);
+        mma_k16(Shi, chi[0], chi[1], b1);
+        if (j == c / KPL) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                Sl[c % KPL][e] = Slo[e];
+                Sh[c % KPL][e] = Shi[e];
+            }
+        }
+    }
+    float cA[4][KPL];
+#pragma unroll
+    for (int i = 0; i < KPL; i++) {
+        const int c = j * KPL + i;
+        i32 s0[2], s1[2];
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const u32 sc = ld_u16<2>(w[r] + 192 + 2 * c);
+            s0[r] = (i32)(i8)(u8)sc;
+            s1[r] = (i32)(i8)(u8)(sc >> 8);
+        }
+        float da[2];
+        lk_load_da<B>(a, rs, kq + c, t, da);
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            if (!LK_LIVE(B, e))
+                continue;
+            const i32 X = s0[e >> 1] * Sl[i][e] + s1[e >> 1] * Sh[i][e];
+            cA[e][i] = __fmul_rn(da[e & 1], i2f(X));
+        }
+    }
+    const float d[2] = {f16_to_f32((u16)ld_u16<2>(w0 + 208)), f16_to_f32((u16)ld_u16<2>(w1 + 208))};
+#pragma unroll
+    for (int e = 0; e < 4; e++)
+        if (LK_LIVE(B, e))
+            acc_add(T[0][e], __fmul_rn(d[e >> 1], lk_tree<B>(cA[e])));
+}
+
 /* --------------------------------- float weights -------------------------------------- */
 /*
  * F32 / F16 / BF16, dot block of 32 elements: p = 0; p = p + w_j × f(q_j) for j = 0..31 in
@@ -497,7 +726,11 @@ template <int QT, int B>
 MEMRA_DEV void block_any(const u8 *w0, const u8 *w1, const u8 *a, i64 rs, i64 kq, int g, int t,
                          float (&T)[(B + 7) / 8][4])
 {
-    if (QT == QT_Q4_K || QT == QT_Q5_K)
+    if ((QT == QT_Q4_K || QT == QT_Q5_K) && B <= 4)
+        block_kq_lk<QT, B>(w0, w1, a, rs, kq, g, t, T);
+    else if (QT == QT_Q6_K && B <= 4)
+        block_q6k_lk<B>(w0, w1, a, rs, kq, g, t, T);
+    else if (QT == QT_Q4_K || QT == QT_Q5_K)
         block_kq<QT, B>(w0, w1, a, rs, kq, g, t, T);
     else if (QT == QT_Q6_K)
         block_q6k<B>(w0, w1, a, rs, kq, g, t, T);
@@ -544,7 +777,7 @@ MEMRA_DEV void stage_rows(u8 *dst, const u8 *base, u64 row_bytes, u64 off, u32 l
 }
 
 /* One warp's share of one tile: stream its K steps and accumulate T. */
-template <int QT, int B, int SLOT_STRIDE>
+template <int QT, int B, int SLOT_STRIDE, int STAGES>
 MEMRA_DEV void tile_run(const memra_mmvq_params &p, const memra_mmvq_out_params &o, int tile,
                         int part, u8 *wsm, int lane, float (&T)[(B + 7) / 8][4])
 {
@@ -561,7 +794,7 @@ MEMRA_DEV void tile_run(const memra_mmvq_params &p, const memra_mmvq_out_params 
     constexpr int STAGE = MMVQ_ROWS * SLOT_STRIDE;
 
 #pragma unroll
-    for (int i = 0; i < MMVQ_STAGES - 1; i++) {
+    for (int i = 0; i < STAGES - 1; i++) {
         if (i < mine) {
             const i64 s = part + (i64)i * p.ksplit, nb = nblk - s * G::step;
             stage_rows<SLOT_STRIDE>(wsm + i * STAGE, base, o.row_bytes, (u64)s * G::step * G::bytes,
@@ -572,20 +805,20 @@ MEMRA_DEV void tile_run(const memra_mmvq_params &p, const memra_mmvq_out_params 
     }
     pdl_wait(); /* the weights above do not depend on the previous kernel; a and y do */
     for (i64 i = 0; i < mine; i++) {
-        const i64 ipre = i + MMVQ_STAGES - 1;
+        const i64 ipre = i + STAGES - 1;
         if (ipre < mine) {
             const i64 s = part + ipre * p.ksplit, nb = nblk - s * G::step;
-            stage_rows<SLOT_STRIDE>(wsm + (ipre % MMVQ_STAGES) * STAGE, base, o.row_bytes,
+            stage_rows<SLOT_STRIDE>(wsm + (ipre % STAGES) * STAGE, base, o.row_bytes,
                                     (u64)s * G::step * G::bytes,
                                     (u32)((nb < G::step ? nb : G::step) * G::bytes), nrows, end,
                                     lane);
         }
         cp_async_commit();
-        cp_async_wait<MMVQ_STAGES - 1>();
+        cp_async_wait<STAGES - 1>();
         __syncwarp();
         const i64 s = part + i * p.ksplit, nb = nblk - s * G::step;
         const u64 off = (u64)s * G::step * G::bytes;
-        const u8 *st = wsm + (i % MMVQ_STAGES) * STAGE;
+        const u8 *st = wsm + (i % STAGES) * STAGE;
         const u8 *w0 = st + g * SLOT_STRIDE + (((u64)base + g * o.row_bytes + off) & 15);
         const u8 *w1 =
             st + (g + 8) * SLOT_STRIDE + (((u64)base + (g + 8) * o.row_bytes + off) & 15);
@@ -643,6 +876,7 @@ MEMRA_DEV void mmvq_main(const memra_mmvq_params &p)
 {
     constexpr int NT = (B + 7) / 8;
     constexpr int SLOT = max4(slot_of<QT0>::v, slot_of<QT1>::v, slot_of<QT2>::v, slot_of<QT3>::v);
+    constexpr int STAGES = MEMRA_MMVQ_STAGES(SLOT);
     extern __shared__ __align__(16) u8 smem[];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int ks = p.ksplit, part = warp % ks;
@@ -658,15 +892,15 @@ MEMRA_DEV void mmvq_main(const memra_mmvq_params &p)
 #pragma unroll
     for (int i = 0; i < NT * 4; i++)
         T[i >> 2][i & 3] = 0.0f;
-    u8 *wsm = smem + warp * MMVQ_STAGES * MMVQ_ROWS * SLOT;
+    u8 *wsm = smem + warp * STAGES * MMVQ_ROWS * SLOT;
     if (wi == 0)
-        tile_run<QT0, B, SLOT>(p, p.out[0], tile, part, wsm, lane, T);
+        tile_run<QT0, B, SLOT, STAGES>(p, p.out[0], tile, part, wsm, lane, T);
     if (QT1 >= 0 && wi == 1)
-        tile_run<(QT1 >= 0 ? QT1 : QT0), B, SLOT>(p, p.out[1], tile, part, wsm, lane, T);
+        tile_run<(QT1 >= 0 ? QT1 : QT0), B, SLOT, STAGES>(p, p.out[1], tile, part, wsm, lane, T);
     if (QT2 >= 0 && wi == 2)
-        tile_run<(QT2 >= 0 ? QT2 : QT0), B, SLOT>(p, p.out[2], tile, part, wsm, lane, T);
+        tile_run<(QT2 >= 0 ? QT2 : QT0), B, SLOT, STAGES>(p, p.out[2], tile, part, wsm, lane, T);
     if (QT3 >= 0 && wi == 3)
-        tile_run<(QT3 >= 0 ? QT3 : QT0), B, SLOT>(p, p.out[3], tile, part, wsm, lane, T);
+        tile_run<(QT3 >= 0 ? QT3 : QT0), B, SLOT, STAGES>(p, p.out[3], tile, part, wsm, lane, T);
     if (wi < 0)
         pdl_wait();
     pdl_launch_dependents();

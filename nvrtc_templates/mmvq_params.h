@@ -23,10 +23,10 @@ typedef uint64_t memra_u64;
 #endif
 
 #define MEMRA_MMVQ_MAX_OUT 4 /* weights per merged launch (kernels/mmvq.h: MEMRA_MMVQ_MAX_W) */
-#define MEMRA_MMVQ_WARPS 4   /* warps per CUDA block (128 threads) */
+#define MEMRA_MMVQ_WARPS 8   /* warps per CUDA block (256 threads): 8 / P tiles of P parts */
 #define MEMRA_MMVQ_ROWS 16   /* outputs per warp tile: the M of the int8 mma */
-#define MEMRA_MMVQ_STAGES 4  /* cp.async pipeline depth per warp */
 #define MEMRA_MMVQ_MAX_B 16  /* largest tier */
+#define MEMRA_MMVQ_MAX_PARTS 8 /* kernels/mmvq.h memra_mmvq_parts: 1, 2, 4 or 8 */
 
 /* One weight of a merged launch: y[b, o] (= or +=) scale[0] * (W[o, :] . a[b, :]). */
 typedef struct memra_mmvq_out_params {
@@ -42,7 +42,8 @@ typedef struct memra_mmvq_params {
     const void *a;    /* q8_1 blocks [b, n_in/32] (36 bytes each, runtime/quant.h layout) */
     memra_i32 n_in;   /* elements per input row; a multiple of every weight's dot block */
     memra_i32 n_w;    /* weights in this launch, 1..MEMRA_MMVQ_MAX_OUT */
-    memra_i32 ksplit; /* warps that split one tile's K: 1, 2 or 4 (a function of the shape) */
+    memra_i32 ksplit; /* P: warps (parts) that split one tile's K: 1, 2, 4 or 8; the
+                         canonical memra_mmvq_parts(n_in) unless a test forces another */
     memra_i32 pad_;
     memra_mmvq_out_params out[MEMRA_MMVQ_MAX_OUT];
 } memra_mmvq_params;
@@ -76,8 +77,22 @@ typedef struct memra_mmvq_params {
 #define MEMRA_MMVQ_SLOT(dot_bytes, step_blocks)                                                    \
     (((((step_blocks) * (dot_bytes) + ((dot_bytes) % 16 ? 15 : 0) + 15) / 16) | 1) * 16)
 
+/* cp.async pipeline depth per warp for a slot size: 3 up to 160-byte slots (q4_K, iq4_xs,
+ * the 32-element types but q8_0), else 2, so that at least 2 CUDA blocks (16 warps) of the
+ * largest slot fit an SM's shared memory. */
+#define MEMRA_MMVQ_STAGES(slot) ((slot) <= 160 ? 3 : 2)
+
+/* CUDA blocks per SM the entry point asks the register allocator for (its __launch_bounds__
+ * minimum, runtime/nvrtc.c), for tier b and n_w merged weights: 3 (80 registers, 24 warps
+ * per SM) up to b = 8; 2 (128 registers) for b > 8, whose 2 x 4 accumulators need them, and
+ * for merged launches at b = 3..4, which spill up to 1 KB at 80 (ptxas -v). The host also
+ * sizes the shared-memory carveout from it, leaving the rest of the SM's 256 KB to L1 (the
+ * q8_1 rows every CUDA block re-reads). */
+#define MEMRA_MMVQ_MIN_BLOCKS(b, n_w) ((b) > 8 ? 2 : (n_w) > 1 && (b) >= 3 && (b) <= 4 ? 2 : 3)
+
 /* Dynamic shared memory of one CUDA block for a weight type's slot size; the 16 extra bytes
  * let a byte-aligned word read at the very end of the last slot touch its neighbour word. */
-#define MEMRA_MMVQ_SMEM(slot) (MEMRA_MMVQ_WARPS * MEMRA_MMVQ_STAGES * MEMRA_MMVQ_ROWS * (slot) + 16)
+#define MEMRA_MMVQ_SMEM(slot)                                                                      \
+    (MEMRA_MMVQ_WARPS * MEMRA_MMVQ_STAGES(slot) * MEMRA_MMVQ_ROWS * (slot) + 16)
 
 #endif

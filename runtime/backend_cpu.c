@@ -27,6 +27,7 @@
 #include "rms_norm_q8.h"
 #include "silu_mul_q8.h"
 #include "slots.h"
+#include "synth_fill.h"
 #include "tick.h"
 
 /* ====================================== op table ====================================== */
@@ -589,21 +590,6 @@ uint32_t memra_cpu_session_pos(const memra_cpu_backend *be, uint32_t session)
 
 /* ================================ synthetic history ================================= */
 
-static uint64_t synth_mix(uint64_t z)
-{
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-/* The value of element i of region r (backend_cpu.h gives the formula). */
-static float synth_value(uint64_t seed, uint32_t r, uint64_t i)
-{
-    const uint64_t h =
-        synth_mix(seed + (uint64_t)(r + 1) * 0x9E3779B97F4A7C15ull + i * 0xD1B54A32D192ED03ull);
-    return (float)(h >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f;
-}
-
 /* Fill the first `bytes` of region r (of memra_slot_region reg) at dst. */
 static void synth_fill(uint8_t *dst, const memra_slot_region *reg, uint32_t r, uint64_t bytes,
                        uint64_t seed)
@@ -612,18 +598,18 @@ static void synth_fill(uint8_t *dst, const memra_slot_region *reg, uint32_t r, u
         const float amp = reg->kind == MEMRA_SK_SSM ? 0.25f : 1.0f;
         float *f = (float *)dst; /* [bytes / 4] */
         for (uint64_t i = 0; i < bytes / 4; i++)
-            f[i] = amp * synth_value(seed, r, i);
+            f[i] = amp * memra_synth_value(seed, r, i);
     } else if (reg->dtype == MEMRA_DT_F16) {
         uint16_t *h = (uint16_t *)dst; /* [bytes / 2] */
         for (uint64_t i = 0; i < bytes / 2; i++)
-            h[i] = memra_f32_to_fp16(synth_value(seed, r, i));
+            h[i] = memra_f32_to_fp16(memra_synth_value(seed, r, i));
     } else if (reg->dtype == MEMRA_DT_Q8_0) {
         const uint16_t d = memra_f32_to_fp16(1.0f / 127.0f);
         for (uint64_t j = 0; j < bytes / 34; j++) { /* 34-byte blocks: fp16 d, int8 qs[32] */
             uint8_t *blk = dst + j * 34;
             memcpy(blk, &d, 2);
             for (uint32_t k = 0; k < 32; k++)
-                blk[2 + k] = (uint8_t)(int8_t)lrintf(127.0f * synth_value(seed, r, j * 32 + k));
+                blk[2 + k] = (uint8_t)(int8_t)lrintf(127.0f * memra_synth_value(seed, r, j * 32 + k));
         }
     }
 }

@@ -375,8 +375,8 @@ OP_CUDA(attn_decode)
 OP_CUDA(gdn_step)
 OP_CUDA(silu_mul_q8)
 OP_CUDA(moe_route)
-OP_CHECK(mmvq_moe) /* no CUDA kernel yet (kernels/cuda_ops.h): plans using it are refused */
-OP_CHECK(moe_down)
+OP_CUDA(mmvq_moe)
+OP_CUDA(moe_down)
 OP_CUDA(sample)
 
 static const op_impl k_impl[MEMRA_OP_COUNT] = {
@@ -388,8 +388,8 @@ static const op_impl k_impl[MEMRA_OP_COUNT] = {
     [MEMRA_OP_GDN_STEP] = {bind_gdn_step, check_gdn_step, run_gdn_step},
     [MEMRA_OP_SILU_MUL_Q8] = {bind_silu_mul_q8, check_silu_mul_q8, run_silu_mul_q8},
     [MEMRA_OP_MOE_ROUTE] = {bind_moe_route, check_moe_route, run_moe_route},
-    [MEMRA_OP_MMVQ_MOE] = {bind_mmvq_moe, check_mmvq_moe, NULL},
-    [MEMRA_OP_MOE_DOWN] = {bind_moe_down, check_moe_down, NULL},
+    [MEMRA_OP_MMVQ_MOE] = {bind_mmvq_moe, check_mmvq_moe, run_mmvq_moe},
+    [MEMRA_OP_MOE_DOWN] = {bind_moe_down, check_moe_down, run_moe_down},
     [MEMRA_OP_SAMPLE] = {bind_sample, check_sample, run_sample},
 };
 
@@ -460,6 +460,7 @@ struct memra_cuda_backend {
     uint32_t last_tier;     /* manifest tier index + 1; 0 = none */
     uint32_t last_rows;
     uint64_t n_ticks;
+    double wait_ms[2]; /* the last tick's wait for the device: began, ended (now_ms) */
     int poisoned;
     char poison_msg[sizeof(((memra_err *)0)->msg)];
     fault fault;
@@ -906,7 +907,7 @@ static int bind_mmvq_launch(memra_cuda_backend *be, const memra_plan *p, uint32_
     int rc;
     memra_kernel_spec spec;
     char want[MEMRA_KERNEL_KEY_MAX];
-    MEMRA_TRY(memra_mmvq_prepare(&L->a.mmvq, be->info.sm, be->opts.mmvq_ksplit, &L->ml, err));
+    MEMRA_TRY(memra_mmvq_prepare(&L->a.mmvq, be->info.sm, 0, &L->ml, err));
     const int32_t k = p->launches[i].kernel;
     if (k < 0 || (uint32_t)k >= p->n_kernels ||
         memra_kernel_spec_parse(p->kernels[k], be->info.sm, &spec, NULL) != MEMRA_OK ||
@@ -1333,6 +1334,54 @@ int memra_cuda_session_failed(const memra_cuda_backend *be, uint32_t session)
     return session_ok(be, session) && be->sessions[session].failed;
 }
 
+/* The CPU backend's contract (backend_cpu.h, kernels/synth_fill.h), on the device: the same
+ * seed gives the same state bytes as memra_cpu_session_fill_synthetic. Synchronous. */
+int memra_cuda_session_fill_synthetic(memra_cuda_backend *be, uint32_t session, uint32_t pos,
+                                      uint64_t seed, memra_err *err)
+{
+    if (be->poisoned)
+        return poisoned_fail(be, err);
+    if (!session_ok(be, session))
+        return MEMRA_FAIL(err, MEMRA_ERR_INVALID_ARG, "session %u is not admitted", session);
+    if (pos >= be->opts.n_ctx)
+        return MEMRA_FAIL(err, MEMRA_ERR_INVALID_ARG,
+                          "synthetic position %u: a session holds n_ctx = %u tokens", pos,
+                          be->opts.n_ctx);
+    const int brc = bind_thread(be, err);
+    if (brc != MEMRA_OK)
+        return brc;
+    for (uint32_t r = 0; r < be->layout.n_regions; r++) {
+        const memra_slot_region *reg = &be->layout.regions[r];
+        void *base = (void *)(uintptr_t)memra_slot_region_addr(&be->pool, session, r);
+        const int kv = reg->kind == MEMRA_SK_KV_K || reg->kind == MEMRA_SK_KV_V;
+        if (!kv && pos == 0) {
+            const cudaError_t e = cudaMemsetAsync(base, 0, reg->bytes, be->stream);
+            if (e != cudaSuccess)
+                return memra_cudart_fail(err, e, "cudaMemsetAsync(synthetic state)", __FILE__,
+                                         __LINE__);
+            continue;
+        }
+        const memra_synth_fill_args a = {
+            .dst = base,
+            .bytes = kv ? (uint64_t)pos * reg->unit_bytes : reg->bytes,
+            .seed = seed,
+            .region = r,
+            .dtype = (int32_t)reg->dtype,
+            .amp = reg->kind == MEMRA_SK_SSM ? 0.25f : 1.0f,
+        };
+        const int rc = memra_synth_fill_cuda(&a, be->stream);
+        if (rc != MEMRA_OK)
+            return MEMRA_FAIL(err, rc, "synthetic history, region %s: %s", reg->name,
+                              memra_cuda_ops_error());
+    }
+    const cudaError_t e = cudaStreamSynchronize(be->stream);
+    if (e != cudaSuccess)
+        return memra_cudart_fail(err, e, "cudaStreamSynchronize(synthetic history)", __FILE__,
+                                 __LINE__);
+    be->sessions[session].pos = pos;
+    return MEMRA_OK;
+}
+
 /* ======================================== step ======================================== */
 
 /* Every input of a step, checked before anything runs; *tier_idx gets the manifest index. */
@@ -1451,7 +1500,9 @@ static int run_tick(memra_cuda_backend *be, uint32_t t, memra_err *err)
     else
         MEMRA_TRY(memra_graph_launch(&be->graphs[t], be->stream, err));
     MEMRA_RT_TRY(err, cudaEventRecord(be->ev_done, be->stream));
+    be->wait_ms[0] = now_ms();
     const cudaError_t e = cudaEventSynchronize(be->ev_done);
+    be->wait_ms[1] = now_ms();
     if (e != cudaSuccess)
         return MEMRA_FAIL(
             err, MEMRA_ERR_CUDA, "tier b%u: %s (%s) during the %s", be->m->tiers[t],
@@ -1470,6 +1521,7 @@ fail:
 
 int memra_cuda_backend_step(memra_cuda_backend *be, const memra_cuda_step *st, memra_err *err)
 {
+    const double t_enter = now_ms();
     uint32_t t = 0;
     if (be->poisoned)
         return poisoned_fail(be, err);
@@ -1494,6 +1546,8 @@ int memra_cuda_backend_step(memra_cuda_backend *be, const memra_cuda_step *st, m
     }
     be->last_tier = t + 1;
     be->last_rows = st->n_rows;
+    be->info.last_host_us =
+        (float)(((be->wait_ms[0] - t_enter) + (now_ms() - be->wait_ms[1])) * 1e3);
     return MEMRA_OK;
 }
 

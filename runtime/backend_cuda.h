@@ -74,10 +74,6 @@ typedef struct memra_cuda_opts {
     int sync_launches;    /* 0 (default); 1: eager ticks synchronize after every launch, so
                              an asynchronous fault names its launch (debugging; slow) */
     uint32_t staging_mib; /* pinned staging chunk of the weight upload, MiB (default 64) */
-    int mmvq_ksplit;      /* 0 (default): the K split mmvq picks from each launch's shape;
-                             1: no split, so every mat-vec is bit-identical to the CPU
-                             reference (slower where a layer has too few outputs to fill the
-                             GPU); 2, 4: forced (tests) */
     int profile;          /* 0 (default); 1: eager ticks time every launch with CUDA events
                              and add the times per op to memra_cuda_info.op_ms (the events
                              serialize PDL overlap: for attribution, not for speed) */
@@ -111,6 +107,11 @@ int memra_cuda_session_set_params(memra_cuda_backend *be, uint32_t session,
                                   const memra_sample_params *params, memra_err *err);
 /* Tokens the session has consumed (its next position); 0 for an unknown session. */
 uint32_t memra_cuda_session_pos(const memra_cuda_backend *be, uint32_t session);
+/* Benchmarks: an admitted session at position pos with the synthetic history of
+ * memra_cpu_session_fill_synthetic (backend_cpu.h; same seed, same state bytes), written on the
+ * device in milliseconds. Synchronous. INVALID_ARG: unknown session, pos >= n_ctx. */
+int memra_cuda_session_fill_synthetic(memra_cuda_backend *be, uint32_t session, uint32_t pos,
+                                      uint64_t seed, memra_err *err);
 /* 1 when the session was in a tick that failed on the device (retire it). */
 int memra_cuda_session_failed(const memra_cuda_backend *be, uint32_t session);
 
@@ -153,6 +154,8 @@ typedef struct memra_cuda_info {
     uint32_t graph_nodes[MEMRA_PLAN_MAX_TIERS]; /* nodes of the tier's graph; 0 when eager */
     uint64_t tick_bytes[MEMRA_PLAN_MAX_TIERS];  /* weight bytes streamed per tick (plan stats) */
     float last_tick_ms;                /* device time of the last successful step (CUDA events) */
+    float last_host_us;                /* host wall time of that step outside the wait for the
+                                        * device: checks + tick block + launch, then readout */
     int graphs, pdl;                   /* the effective options */
     double op_ms[MEMRA_OP_COUNT];      /* opts.profile: device ms per op, summed over ticks */
     uint64_t op_calls[MEMRA_OP_COUNT]; /* opts.profile: launches per op, summed over ticks */

@@ -267,10 +267,11 @@ int memra_nvrtc_source(const memra_kernel_spec *spec, char *buf, size_t n, memra
             q[i] = i < spec->n_qt ? spec->qt[i] : -1;
         w = snprintf(buf, n,
                      "#include \"mmvq.cuh\"\n"
-                     "extern \"C\" __global__ void __launch_bounds__(%d)\n"
+                     "extern \"C\" __global__ void\n"
+                     "__launch_bounds__(%d, MEMRA_MMVQ_MIN_BLOCKS(%d, %d))\n"
                      "memra_mmvq(const __grid_constant__ memra_mmvq_params p)\n"
                      "{\n    mmvq_main<%d, %d, %d, %d, %d>(p);\n}\n",
-                     32 * MEMRA_MMVQ_WARPS, spec->b, q[0], q[1], q[2], q[3]);
+                     32 * MEMRA_MMVQ_WARPS, spec->b, spec->n_qt, spec->b, q[0], q[1], q[2], q[3]);
     } else {
         w = snprintf(buf, n,
                      "#include \"quantize_q8_1.cuh\"\n"
@@ -634,6 +635,17 @@ static int kernel_load(memra_kernel_cache *kc, const memra_kernel_spec *spec, co
     if (smem > 48 * 1024)
         MEMRA_CU_TRY(err, cuFuncSetAttribute(ke->fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                              (int)smem));
+    if (spec->tpl == MEMRA_TPL_MMVQ && spec->b > 4) {
+        /* shared memory for the CUDA blocks the registers allow (+1 KB reserved each), as a
+         * percentage of a 228 KB SM; the rest stays L1 for the q8_1 rows (16 rows of 4096
+         * are 74 KB, re-read by every block). A hint: the driver rounds up to a carveout
+         * it supports, so occupancy is unchanged. */
+        const size_t need = (size_t)MEMRA_MMVQ_MIN_BLOCKS(spec->b, spec->n_qt) * (smem + 1024);
+        const int pct = (int)((100 * need + 228 * 1024 - 1) / (228 * 1024));
+        MEMRA_CU_TRY(err, cuFuncSetAttribute(ke->fn,
+                                             CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
+                                             pct > 100 ? 100 : pct));
+    }
     snprintf(ke->key, sizeof ke->key, "%s", canon);
     memra_cubin_free(&cubin);
     return MEMRA_OK;
@@ -675,20 +687,17 @@ int memra_kernel_get(memra_kernel_cache *kc, const char *key, CUfunction *fn, me
 
 /* ================================ 7. mmvq launch geometry ================================= */
 
-/* Enough warps to keep every SM streaming: 2048 ≈ 16 per SM on a 132-SM H200. A constant,
- * not the device's SM count, so a plan reduces the same way on every GPU. */
-#define MMVQ_TARGET_WARPS 2048
-
+/* P of the canonical summation order (kernels/mmvq.h memra_mmvq_parts): a function of n_in
+ * only, so the GPU and the CPU reference (which knows nothing of tiles, merged launches or
+ * tiers) reduce every output in the same order. A CUDA block of 8 warps runs 8 / P tiles,
+ * one warp per (tile, part): P = 8 for n_in >= 4096 puts 2 048 warps on a 4096 x 4096
+ * weight (15.5 per SM of an H200), each streaming 2 of the 16 steps. n_out and n_w are
+ * unused (kept for the API). */
 int memra_mmvq_auto_ksplit(int n_in, const int *n_out, int n_w)
 {
-    long tiles = 0;
-    for (int i = 0; i < n_w; i++)
-        tiles += (n_out[i] + MEMRA_MMVQ_ROWS - 1) / MEMRA_MMVQ_ROWS;
-    const int steps = n_in / 256; /* 256-element steps: each part should get at least 2 */
-    int ks = 1;
-    while (ks < MEMRA_MMVQ_WARPS && tiles * ks < MMVQ_TARGET_WARPS && steps >= 4 * ks)
-        ks *= 2;
-    return ks;
+    (void)n_out;
+    (void)n_w;
+    return memra_mmvq_parts(n_in);
 }
 
 static int mmvq_check_out(const memra_mmvq_out *o, int i, int n_in, memra_err *err)
@@ -722,8 +731,8 @@ int memra_mmvq_prepare(const memra_mmvq_args *args, int sm, int ksplit, memra_mm
                           MEMRA_MMVQ_MAX_B);
     if (sm < 90)
         return MEMRA_FAIL(err, MEMRA_ERR_UNSUPPORTED, "mmvq: sm_%d; the template needs sm_90+", sm);
-    if (ksplit != 0 && ksplit != 1 && ksplit != 2 && ksplit != 4)
-        return MEMRA_FAIL(err, MEMRA_ERR_INVALID_ARG, "mmvq: ksplit %d not in {0, 1, 2, 4}",
+    if (ksplit != 0 && ksplit != 1 && ksplit != 2 && ksplit != 4 && ksplit != 8)
+        return MEMRA_FAIL(err, MEMRA_ERR_INVALID_ARG, "mmvq: ksplit %d not in {0, 1, 2, 4, 8}",
                           ksplit);
     memset(out, 0, sizeof *out);
     memra_kernel_spec spec = {.tpl = MEMRA_TPL_MMVQ, .sm = sm, .b = args->b, .n_qt = args->n_w};

@@ -113,13 +113,14 @@ typedef struct memra_mmvq_launch {
     memra_mmvq_params params;       /* the kernel's only parameter */
 } memra_mmvq_launch;
 
-/* K split of a launch: a function of the shape only (never of the tier), so every tier of a
- * plan reduces each output in the same order. 1 (bit-identical to the CPU reference) for
- * large launches, up to 4 when there are too few 16-output tiles to fill the GPU. */
+/* K split of a launch = memra_mmvq_parts(n_in) (kernels/mmvq.h): the P of the canonical
+ * summation order, a function of n_in only (never of the tier, n_out or the merged weights),
+ * so every output is bit-identical to the CPU reference memra_mmvq_dot. */
 int memra_mmvq_auto_ksplit(int n_in, const int *n_out, int n_w);
 
 /* Validates args (kernels/mmvq.h) and fills the launch: key for sm, grid, parameters.
- * ksplit = 0 picks memra_mmvq_auto_ksplit; 1, 2 or 4 forces it (tests). Weights must be
+ * ksplit = 0 picks memra_mmvq_auto_ksplit (the canonical order; what the backend uses); 1, 2,
+ * 4 or 8 forces another order (tests of the combine path only: not CPU-exact). Weights must be
  * 16-byte aligned and every row_bytes must equal the qtype's bytes for n_in elements. */
 int memra_mmvq_prepare(const memra_mmvq_args *args, int sm, int ksplit, memra_mmvq_launch *out,
                        memra_err *err);

@@ -23,7 +23,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attn_decode.h"
+#include "attn_prep.h"
+#include "exact_math.h"
+#include "gdn_canon.h"
+#include "mmvq.h"
+#include "moe_route.h"
 #include "quant.h"
+#include "ref/ref_common.h"
+
+/* attn_decode's split bound in the plans (plans/qwen35.lua MAX_SPLIT): part of the order. */
+#define MEMRA_REF_ATTN_MAX_SPLIT 32
 
 /* ======================================================================================== */
 /* Ops                                                                                      */
@@ -31,123 +41,53 @@
 
 void memra_ref_rms_norm(float *y, const float *x, const float *w, int64_t n, float eps)
 {
-    double ss = 0.0; /* spec §3.1: the reference CPU sums x² in double */
-    for (int64_t i = 0; i < n; i++)
-        ss += (double)x[i] * (double)x[i];
-    const float mean = (float)(ss / (double)n);
-    const float scale = 1.0f / sqrtf(mean + eps); /* eps inside the sqrt, added to the mean */
-    for (int64_t i = 0; i < n; i++)
-        y[i] = w ? w[i] * (x[i] * scale) : x[i] * scale;
+    kref_rms_norm_canon(x, w, y, (int32_t)n, eps); /* rms_norm_q8's order (f64 sum, 1024 lanes) */
 }
 
 void memra_ref_l2_norm(float *y, const float *x, int64_t n, float eps)
 {
-    double ss = 0.0;
-    for (int64_t i = 0; i < n; i++)
-        ss += (double)x[i] * (double)x[i];
-    const float norm = (float)sqrt(ss);
-    const float scale = 1.0f / fmaxf(norm, eps); /* spec §3.1: 1 / max(||x||, eps) */
-    for (int64_t i = 0; i < n; i++)
-        y[i] = x[i] * scale;
+    memra_gdn_l2_norm(y, x, n, eps); /* gdn_step's lane order (f64 sum) */
 }
 
 float memra_ref_sigmoid(float x)
 {
-    return 1.0f / (1.0f + expf(-x));
+    return memra_x_sigmoidf(x);
 }
 
 float memra_ref_silu(float x)
 {
-    return x * memra_ref_sigmoid(x);
+    return memra_x_siluf(x);
 }
 
 float memra_ref_softplus(float x)
 {
-    return x > 20.0f ? x : log1pf(expf(x));
+    return memra_x_softplusf(x);
 }
 
 void memra_ref_softmax(float *y, const float *x, int64_t n)
 {
-    float mx = -INFINITY;
-    for (int64_t i = 0; i < n; i++)
-        mx = fmaxf(mx, x[i]);
-    float sum = 0.0f;
-    for (int64_t i = 0; i < n; i++) {
-        y[i] = expf(x[i] - mx);
-        sum += y[i];
-    }
-    const float inv = 1.0f / sum;
-    for (int64_t i = 0; i < n; i++)
-        y[i] *= inv;
-}
-
-/* IMRoPE sector → which of the 4 positions (t, h, w, e) a rotary pair uses (spec §3.3 step 4).
- * Text decode feeds t = h = w = pos, e = 0. */
-static int64_t rope_pair_pos(int64_t m, const int32_t sec[4], int64_t pos)
-{
-    const int64_t sect_dims = (int64_t)sec[0] + sec[1] + sec[2] + sec[3];
-    const int64_t s = m % sect_dims;
-    if (s % 3 == 1 && s < 3 * (int64_t)sec[1])
-        return pos; /* h */
-    if (s % 3 == 2 && s < 3 * (int64_t)sec[2])
-        return pos; /* w */
-    if (s % 3 == 0 && s < 3 * (int64_t)sec[0])
-        return pos; /* t */
-    return 0;       /* e */
+    kref_softmax_blk(y, x, (int32_t)n, MEMRA_MOE_ROUTE_THREADS); /* moe_route's order */
 }
 
 void memra_ref_rope(float *x, int64_t n_rot, const int32_t sections[4], int64_t pos,
                     float freq_base, float freq_scale)
 {
-    const int64_t half = n_rot / 2;
-    for (int64_t m = 0; m < half; m++) {
-        /* θ in double, rounded once: the oracle's angle is the exact formula (ggml builds it
-         * by repeated f32 multiplication; the difference is inside the CPU/GPU tolerance). */
-        const double p = (double)rope_pair_pos(m, sections, pos);
-        const double theta =
-            p * pow((double)freq_base, -2.0 * (double)m / (double)n_rot) * (double)freq_scale;
-        const float c = (float)cos(theta), s = (float)sin(theta);
-        const float x0 = x[m], x1 = x[m + half]; /* NEOX half-split pair */
-        x[m] = x0 * c - x1 * s;
-        x[m + half] = x0 * s + x1 * c;
-    }
+    memra_attn_rope(x, (int32_t)n_rot, sections, (int32_t)pos, freq_base, freq_scale);
 }
 
 void memra_ref_attention(const memra_ref_attn_args *a)
 {
     const int64_t dh = a->head_dim, group = a->n_head / a->n_head_kv;
     const int64_t kv_stride = a->n_head_kv * dh;
-    const float scale = 1.0f / sqrtf((float)dh); /* spec pitfall 11: 1/sqrt(dh) */
-    float *sc = a->scratch;
+    /* the plan's scale: 1/sqrt(dh) in double, rounded once (spec pitfall 11) */
+    const float scale = (float)(1.0 / sqrt((double)dh));
     for (int64_t i = 0; i < a->n_head; i++) {
         const int64_t j = i / group; /* GQA: grouped mapping (pitfall 4) */
-        const float *q = a->q + i * dh;
-        float *o = a->out + i * dh;
-        float mx = -INFINITY;
-        for (int64_t t = 0; t < a->n_kv; t++) {
-            const uint16_t *k = a->k_cache + t * kv_stride + j * dh;
-            float d = 0.0f;
-            for (int64_t c = 0; c < dh; c++)
-                d += q[c] * memra_fp16_to_f32(k[c]);
-            sc[t] = d * scale;
-            mx = fmaxf(mx, sc[t]);
-        }
-        float sum = 0.0f;
-        for (int64_t t = 0; t < a->n_kv; t++) {
-            sc[t] = expf(sc[t] - mx);
-            sum += sc[t];
-        }
-        /* o = (Σ_τ p_τ v_τ) / Σ_τ p_τ: unnormalised accumulation, one division at the end. */
-        for (int64_t c = 0; c < dh; c++)
-            o[c] = 0.0f;
-        for (int64_t t = 0; t < a->n_kv; t++) {
-            const uint16_t *v = a->v_cache + t * kv_stride + j * dh;
-            for (int64_t c = 0; c < dh; c++)
-                o[c] += sc[t] * memra_fp16_to_f32(v[c]);
-        }
-        const float inv = 1.0f / sum;
-        for (int64_t c = 0; c < dh; c++)
-            o[c] *= inv;
+        memra_attn_head(a->q + i * dh, (const uint8_t *)(a->k_cache + j * dh),
+                        (const uint8_t *)(a->v_cache + j * dh),
+                        (uint64_t)kv_stride * sizeof(uint16_t), MEMRA_QT_F16, (int32_t)a->n_kv,
+                        (int32_t)dh, (int32_t)group, MEMRA_REF_ATTN_MAX_SPLIT, scale,
+                        a->out + i * dh);
     }
 }
 
@@ -170,37 +110,16 @@ void memra_ref_conv_step(float *u, float *state, const float *u_raw, const float
     }
 }
 
-/*
- * The five steps of spec §3.4 step 9, applied row by row of Sᵀ: row j of St holds S[·, j]
- * (all keys for value j) and steps 1-5 touch row j only through S[·, j], k, q, v_j. So doing
- * steps 1-5 for row j, then for row j+1, applies exactly the same operations to every value
- * as doing each step for all rows in turn.
- */
+/* Spec §3.4 step 9 on S^T, value row by value row (memra_gdn_delta_rule: gdn_step's order). */
 void memra_ref_delta_rule(float *St, float *o, const float *q, const float *k, const float *v,
                           float beta, float decay, int64_t dk, int64_t dv)
 {
-    for (int64_t j = 0; j < dv; j++) {
-        float *s = St + j * dk;          /* s[i] = S[i, j] */
-        for (int64_t i = 0; i < dk; i++) /* 1. S ← λ S */
-            s[i] *= decay;
-        float r = 0.0f; /* 2. r_j = Σ_i S[i,j] k_i with the decayed S */
-        for (int64_t i = 0; i < dk; i++)
-            r += s[i] * k[i];
-        const float delta = beta * (v[j] - r); /* 3. δ_j = β (v_j − r_j) */
-        for (int64_t i = 0; i < dk; i++)       /* 4. S[i,j] += k_i δ_j */
-            s[i] += k[i] * delta;
-        float acc = 0.0f; /* 5. o_j = Σ_i S[i,j] q_i with the updated S */
-        for (int64_t i = 0; i < dk; i++)
-            acc += s[i] * q[i];
-        o[j] = acc;
-    }
+    memra_gdn_delta_rule(St, o, q, k, v, beta, decay, dk, dv);
 }
 
 void memra_ref_gated_norm(float *o, const float *z, const float *w, int64_t n, float eps)
 {
-    memra_ref_rms_norm(o, o, w, n, eps);
-    for (int64_t i = 0; i < n; i++)
-        o[i] *= memra_ref_silu(z[i]);
+    memra_gdn_gated_norm(o, z, w, n, eps);
 }
 
 /* a ranks before b: larger probability, NaN after every number, lower index on ties. */
@@ -255,7 +174,9 @@ typedef struct ref_mat {
     memra_qtype type;
     int64_t n_in, n_out; /* per expert */
     size_t row_bytes, expert_stride;
-    int q8;             /* 1: q8_1 activations + memra_vec_dot_q8_1; 0: dequantize + f32 */
+    int q8;             /* 1: q8_1 activations; 0: dequantize + f32 */
+    int serial;         /* q8: 1 = blocks summed in one chain (memra_vec_dot_q8_1: the MoE
+                         * ops' order), 0 = mmvq's canonical parts (memra_mmvq_dot) */
     const float *scale; /* owned, [scale_n] or NULL: multiplies row results */
     int64_t scale_n;
 } ref_mat;
@@ -294,7 +215,8 @@ static void mv_rows(const mv_job *j)
         const uint8_t *row = j->base + (size_t)r * w->row_bytes;
         float v;
         if (w->q8) {
-            v = memra_vec_dot_q8_1(w->type, row, j->a->q, w->n_in);
+            v = w->serial ? memra_vec_dot_q8_1(w->type, row, j->a->q, w->n_in)
+                          : memra_mmvq_dot((int32_t)w->type, row, j->a->q, (int32_t)w->n_in);
         } else {
             memra_dequantize_row(w->type, row, j->rowbuf, w->n_in);
             v = 0.0f;
@@ -512,6 +434,8 @@ static int layer_prepare(memra_ref_model *m, uint32_t l, int state_index, memra_
     MEMRA_TRY(mat_prepare(m, &s->ffn_gate_shexp, &d->gate_shexp, err));
     MEMRA_TRY(mat_prepare(m, &s->ffn_up_shexp, &d->up_shexp, err));
     MEMRA_TRY(mat_prepare(m, &s->ffn_down_shexp, &d->down_shexp, err));
+    /* the ops that run these (mmvq_moe, moe_down) sum each row's blocks in one chain */
+    d->gate_exps.serial = d->up_exps.serial = d->down_exps.serial = d->down_shexp.serial = 1;
     return MEMRA_OK;
 fail:
     return rc;
@@ -806,7 +730,7 @@ static void block_gdn(const memra_ref_model *m, memra_ref_seq *s, const ref_laye
     memra_ref_conv_step(s->u, conv, s->u_raw, ly->ssm_conv1d, Cc, K); /* 4. */
     for (int64_t c = 0; c < Cc; c++)
         s->u[c] = memra_ref_silu(s->u[c]);
-    const float q_scale = 1.0f / sqrtf((float)dk);
+    const float q_scale = memra_gdn_q_scale((int32_t)dk);
     for (int64_t a = 0; a < Hk; a++) { /* 5-7. per key head: L2 norm, q / sqrt(dk) */
         float *qa = s->u + a * dk, *ka = s->u + Ck + a * dk;
         memra_ref_l2_norm(qa, qa, dk, hp->eps);
@@ -817,11 +741,12 @@ static void block_gdn(const memra_ref_model *m, memra_ref_seq *s, const ref_laye
     float *S = s->ssm + (size_t)ly->state_index * Hv * dv * dk;
     for (int64_t hh = 0; hh < Hv; hh++) {
         const int64_t a = hh % Hk; /* 8. tiled mapping (pitfall 4) */
-        const float beta = memra_ref_sigmoid(s->beta[hh]);
-        const float g = ly->ssm_a[hh] * memra_ref_softplus(s->alpha[hh] + ly->ssm_dt_bias[hh]);
+        const float beta = memra_gdn_beta(s->beta[hh]);
+        /* λ = exp(A · softplus(α + dt_bias)), A = ssm_a = -exp(A_log) */
+        const float decay = memra_gdn_decay(ly->ssm_a[hh], s->alpha[hh], ly->ssm_dt_bias[hh]);
         float *oh = s->o + hh * dv;
         memra_ref_delta_rule(S + hh * dv * dk, oh, s->u + a * dk, s->u + Ck + a * dk,
-                             s->u + 2 * Ck + hh * dv, beta, expf(g), dk, dv); /* 9. */
+                             s->u + 2 * Ck + hh * dv, beta, decay, dk, dv); /* 9. */
         memra_ref_gated_norm(oh, s->z + hh * dv, ly->ssm_norm, dv, hp->eps);  /* 10. */
     }
     ref_act o;

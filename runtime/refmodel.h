@@ -3,21 +3,28 @@
  * sequence at a time, plain C loops that read like spec/qwen35.md §3. It is the oracle every
  * faster path (CPU backend, CUDA plans) is compared against, so clarity beats speed here.
  *
- * Arithmetic contract (what "the same numbers as the GPU" means):
- *   - Activations are f32. Every matrix-vector product whose weight type has a q8_1 dot
- *     product quantizes its input with memra_quantize_q8_1 and sums memra_vec_dot_q8_1 per
- *     output row (the mmvq arithmetic of runtime/quant.h); other weight types (f32/f16/bf16
- *     when memra_quant offers no dot for them) are dequantized per row and dotted in f32 in
- *     increasing index order. NVFP4 `.scale` companions multiply the row result.
- *   - Reductions inside norms (RMSNorm, L2 norm) accumulate in double, like the reference CPU
- *     backend (spec §3.1); RoPE angles are computed in double and rounded once to f32 cos/sin.
- *     Everything else is f32, in the fixed orders written next to each op.
+ * Arithmetic contract: THE SAME BITS AS THE ENGINE. Every op below is the canonical arithmetic
+ * of the matching kernel (the functions kernels/ref and kernels/<op>.h expose for exactly this),
+ * so the reference model, the CPU backend and the CUDA backend produce memcmp-equal logits:
+ *   - mat-vec: the input is quantized with memra_quantize_q8_1; a dense weight's row is
+ *     summed in mmvq's canonical parts (memra_mmvq_dot, kernels/mmvq.h), a routed expert's
+ *     (and the shared expert's down projection) in one block chain (memra_vec_dot_q8_1, the
+ *     order of mmvq_moe / moe_down). NVFP4 `.scale` companions multiply the row result.
+ *     Weights without a q8_1 dot are dequantized per row and dotted in f32 (no plan uses one).
+ *   - norms: RMSNorm in rms_norm_q8's order (kref_rms_norm_canon, f64 sum of exact squares);
+ *     the per-head q/k norm and RoPE of attn_prep (memra_attn_head_norm / memra_attn_rope);
+ *     L2 norm, delta rule and gated norm of gdn_step (kernels/gdn_canon.h).
+ *   - transcendentals: kernels/exact_math.h only (exp, sigmoid, silu, softplus, sincos, pow);
+ *     never libm, whose last bits differ from CUDA's.
+ *   - attention: memra_attn_head (attn_decode's split-K order with the plans' max_split 32);
+ *     MoE routing softmax in moe_route's order (kref_softmax_blk, 256 lanes).
  *   - Threads (memra_ref_model_config.n_threads) only split the output rows of a mat-vec; each
  *     row is computed by the same code in the same order, so logits are bit-identical for any
  *     thread count.
- *   - The KV cache is f16 (the reference's default cache type and the GPU layout): K and V are
- *     rounded to f16 (RN-even) when appended. Recurrent state (conv window, delta-rule state)
+ *   - The KV cache is f16 (RN-even on append); recurrent state (conv window, delta-rule state)
  *     is f32 (spec §0).
+ * The orders are a function of the model's shapes alone (never of a batch, a thread count or
+ * a device). The f64 spec checks of tests/test_refmodel.c keep the arithmetic honest.
  *
  * Must not: keep per-sequence data in the model (many sequences share one model; all state is
  * in memra_ref_seq), or depend on anything but the GGUF file and the token stream.

@@ -147,6 +147,14 @@ START_TEST(test_geometry_matches_quant)
             continue;
         n++;
         ck_assert_int_eq(memra_mmvq_dot_elems(qt), memra_quant_dot_block_elems((memra_qtype)qt));
+        /* kernels/mmvq.h's step (the canonical order's unit) is the template's stage step */
+        int step = 0;
+#define STEP_CASE(id, name, de, db, sb)                                                            \
+    if (qt == id)                                                                                  \
+        step = sb;
+        MEMRA_MMVQ_TYPES(STEP_CASE)
+#undef STEP_CASE
+        ck_assert_int_eq(memra_mmvq_step_blocks(qt), step);
         memra_mmvq_args a = mmvq_args(qt, 256, 1, 1);
         ck_assert_uint_eq(a.out[0].row_bytes,
                           memra_quant_row_bytes((memra_qtype)qt, 256));
@@ -165,24 +173,30 @@ START_TEST(test_mmvq_prepare)
     memra_mmvq_args a = mmvq_args(MEMRA_QT_Q4_K, 4096, 4097, 8);
     ck_assert_int_eq(memra_mmvq_prepare(&a, 90, 0, &l, &e), MEMRA_OK);
     ck_assert_str_eq(l.key, "mmvq:qt=q4_K:b=8:sm=90");
-    /* 4097 outputs = 257 tiles of 16; 257 * 4 parts < 2048 warps, so ksplit is the cap 4 */
-    ck_assert_int_eq(l.params.ksplit, 4);
+    /* 4097 outputs = 257 tiles of 16; n_in 4096 gives the canonical P = 8 parts, one warp
+     * each: 257 CUDA blocks of 8 warps */
+    ck_assert_int_eq(l.params.ksplit, 8);
+    ck_assert_int_eq(l.params.ksplit, memra_mmvq_parts(4096));
     ck_assert_uint_eq(l.grid, 257);
-    ck_assert_uint_eq(l.threads, 128);
+    ck_assert_uint_eq(l.threads, 256);
     ck_assert_uint_eq(l.smem, MEMRA_MMVQ_SMEM(144));
     ck_assert_int_eq(memra_mmvq_prepare(&a, 90, 1, &l, &e), MEMRA_OK);
-    ck_assert_uint_eq(l.grid, 65); /* ceil(257 / 4) */
+    ck_assert_uint_eq(l.grid, 33); /* ceil(257 / 8) */
 
-    /* ksplit depends on the shape only, never on b */
+    /* ksplit depends on n_in only, never on b, n_out or the other weights */
     for (int b = 1; b <= 16; b++) {
         a.b = b;
         ck_assert_int_eq(memra_mmvq_prepare(&a, 90, 0, &l, &e), MEMRA_OK);
-        ck_assert_int_eq(l.params.ksplit, 4);
+        ck_assert_int_eq(l.params.ksplit, 8);
     }
     const int big[1] = {434176}, small[1] = {512};
-    ck_assert_int_eq(memra_mmvq_auto_ksplit(4096, big, 1), 1);
+    ck_assert_int_eq(memra_mmvq_auto_ksplit(4096, big, 1), 8);
+    ck_assert_int_eq(memra_mmvq_auto_ksplit(4096, small, 1), 8);
     ck_assert_int_eq(memra_mmvq_auto_ksplit(256, small, 1), 1); /* one 256-step: no split */
-    ck_assert_int_eq(memra_mmvq_auto_ksplit(4096, small, 1), 4);
+    static const int parts[][2] = {{32, 1},   {511, 1},   {512, 1},   {1023, 1}, {1024, 2},
+                                   {2048, 4}, {3072, 4},  {4096, 8},  {12288, 8}, {14336, 8}};
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
+        ck_assert_int_eq(memra_mmvq_parts(parts[i][0]), parts[i][1]);
 
     a = mmvq_args(MEMRA_QT_Q4_K, 4096, 16, 1);
     a.out[0].row_bytes += 1;
@@ -202,6 +216,8 @@ START_TEST(test_mmvq_prepare)
     ck_assert_int_eq(memra_mmvq_prepare(&a, 90, 0, &l, &e), MEMRA_ERR_INVALID_ARG);
     a = mmvq_args(MEMRA_QT_Q4_0, 64, 16, 1);
     ck_assert_int_eq(memra_mmvq_prepare(&a, 90, 3, &l, &e), MEMRA_ERR_INVALID_ARG);
+    ck_assert_int_eq(memra_mmvq_prepare(&a, 90, 16, &l, &e), MEMRA_ERR_INVALID_ARG);
+    ck_assert_int_eq(memra_mmvq_prepare(&a, 90, 8, &l, &e), MEMRA_OK);
     a.out[0].qtype = MEMRA_QT_Q2_K;
     ck_assert_int_eq(memra_mmvq_prepare(&a, 90, 0, &l, &e), MEMRA_ERR_UNSUPPORTED);
     ck_assert_int_eq(memra_mmvq_prepare(NULL, 90, 0, &l, &e), MEMRA_ERR_INVALID_ARG);

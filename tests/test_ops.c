@@ -18,6 +18,8 @@
 #include "attn_decode.h"
 #include "attn_prep.h"
 #include "embed.h"
+#include "exact_math.h"
+#include "gdn_canon.h"
 #include "gdn_step.h"
 #include "memra.h"
 #include "mmvq.h"
@@ -25,6 +27,7 @@
 #include "moe_down.h"
 #include "moe_route.h"
 #include "quant.h"
+#include "ref/ref_common.h"
 #include "rms_norm_q8.h"
 #include "rng.h"
 #include "sample.h"
@@ -99,6 +102,227 @@ static void check_q8_1(const char *what, const void *yq, const double *want, con
 
 static double sigmoid64(double x) { return 1.0 / (1.0 + exp(-x)); }
 static double silu64(double x) { return x * sigmoid64(x); }
+
+/* =================================== exact_math ===================================== */
+
+/* kernels/exact_math.h against libm (a reference only here: glibc's exp / log / log1p / sin /
+ * cos / pow are within 1 ulp). Bounds, relative: exp 2^-52 + margin (3e-16; measured
+ * 2.2e-16), log 6e-16 (4.8e-16: the atanh series, a division, ln2 in two parts), log1p 8e-16
+ * (6.5e-16: log's error plus the x / (u - 1) correction), sin / cos 4e-16 against
+ * max(|want|, 2^-30) (2.3e-16; r = x - k pi/2 with fdlibm's three 33-bit parts is exact to
+ * ~k 1e-31), pow = exp(e ln b): the log's rounding is multiplied by |y| = |e ln b|, so
+ * (2 + |y|) 5e-16 (3.2e-16 measured per unit). A subnormal exp result may differ by one
+ * subnormal ulp (2^-1074) besides. */
+static void xm_check(const char *what, double got, double want, double rtol, double x)
+{
+    const double d = fabs(got - want);
+    ck_assert_msg((isnan(got) && isnan(want)) || got == want || d <= rtol * fabs(want) ||
+                      (fabs(want) < 2.2250738585072014e-308 && d <= 0x1p-1074),
+                  "%s(%.17g): got %.17g (%a) want %.17g (%a), rel %.3g", what, x, got, got, want,
+                  want, d / fabs(want));
+}
+
+static double xm_u01(tu_rng *r) { return (double)(tu_rng_u64(r) >> 11) * 0x1p-53; }
+
+START_TEST(test_exact_math_libm)
+{
+    tu_rng r;
+    tu_rng_seed(&r, 0xE3AC7);
+    const int n = 200000;
+    for (int i = 0; i < n; i++) {
+        const double xe = -745.2 + 1455.0 * xm_u01(&r);                    /* the whole range */
+        xm_check("exp", memra_x_exp(xe), exp(xe), 3e-16, xe);
+        const double xs = (2 * xm_u01(&r) - 1) * pow(10.0, -20 * xm_u01(&r)); /* near 0 */
+        xm_check("exp", memra_x_exp(xs), exp(xs), 3e-16, xs);
+        const double xl = exp(-744.4 + 1454.0 * xm_u01(&r));               /* subnormal..max */
+        xm_check("log", memra_x_log(xl), log(xl), 6e-16, xl);
+        const double x1 = 0.5 + 1.5 * xm_u01(&r);                         /* near 1 */
+        xm_check("log", memra_x_log(x1), log(x1), 6e-16, x1);
+        const double xp = (2 * xm_u01(&r) - 1) * pow(10.0, -30 * xm_u01(&r));
+        xm_check("log1p", memra_x_log1p(xp), log1p(xp), 8e-16, xp);
+        const double xm = -1.0 + exp(-700 * xm_u01(&r));                 /* near -1 */
+        xm_check("log1p", memra_x_log1p(xm), log1p(xm), 8e-16, xm);
+        const double xb = exp(700 * xm_u01(&r));
+        xm_check("log1p", memra_x_log1p(xb), log1p(xb), 8e-16, xb);
+        /* |x| < 2^20 pi/2, the documented range; log-spread magnitudes */
+        const double xc = (2 * xm_u01(&r) - 1) * 1.6e6 * pow(10.0, -8 * xm_u01(&r));
+        double sn, cs;
+        memra_x_sincos(xc, &sn, &cs);
+        const double ws = sin(xc), wc = cos(xc);
+        ck_assert_msg(fabs(sn - ws) <= 4e-16 * fmax(fabs(ws), 0x1p-30), "sin(%.17g): %a want %a", xc, sn, ws);
+        ck_assert_msg(fabs(cs - wc) <= 4e-16 * fmax(fabs(wc), 0x1p-30), "cos(%.17g): %a want %a", xc, cs, wc);
+        const double b = exp(-20 + 40 * xm_u01(&r)), e = (2 * xm_u01(&r) - 1) * 20;
+        xm_check("pow", memra_x_pow(b, e), pow(b, e), (2 + fabs(e * log(b))) * 5e-16, b);
+        const double br = 1 + 1e7 * xm_u01(&r), er = -xm_u01(&r); /* rope: base^(-2i/d) */
+        xm_check("pow", memra_x_pow(br, er), pow(br, er), (2 + fabs(er * log(br))) * 5e-16, br);
+    }
+}
+END_TEST
+
+START_TEST(test_exact_math_specials)
+{
+    const double inf = INFINITY, dmin = 2.2250738585072014e-308, sub = 4.9406564584124654e-324;
+    /* exp: exact equality with libm at zeros, infinities and the overflow / underflow edges */
+    const double ex[] = {0.0, -0.0, sub, -sub, inf, -inf, 709.782712893384, 709.7827128933839,
+                         nextafter(709.782712893384, 1000), -708.3964185322641, -708.39641853226,
+                         -744.44007192138122, -745.1332191019411, -745.1332191019412,
+                         nextafter(-745.1332191019412, -1000), -1000.0, 1000.0, 1.0, -1.0};
+    for (size_t i = 0; i < sizeof ex / sizeof ex[0]; i++)
+        ck_assert_msg(memra_x_exp(ex[i]) == exp(ex[i]), "exp(%a) = %a, libm %a", ex[i], memra_x_exp(ex[i]), exp(ex[i]));
+    ck_assert(isnan(memra_x_exp(NAN)));
+    ck_assert(memra_x_exp(-745.2) == 0.0 && memra_x_exp(709.8) == inf);
+    /* log: specials exactly, the subnormal and extreme inputs within the bound */
+    ck_assert(memra_x_log(0.0) == -inf && memra_x_log(-0.0) == -inf && memra_x_log(inf) == inf);
+    ck_assert(isnan(memra_x_log(-1.0)) && isnan(memra_x_log(-inf)) && isnan(memra_x_log(NAN)));
+    ck_assert(memra_x_log(1.0) == 0.0 && !signbit(memra_x_log(1.0)));
+    const double lx[] = {sub, 3 * sub, dmin / 3, dmin, nextafter(dmin, 0), 1.7976931348623157e308, 2.0, 0.5};
+    for (size_t i = 0; i < sizeof lx / sizeof lx[0]; i++)
+        xm_check("log", memra_x_log(lx[i]), log(lx[i]), 6e-16, lx[i]);
+    /* log1p: signed zero kept, tiny x returned exactly, -1 -> -inf */
+    ck_assert(memra_x_log1p(0.0) == 0.0 && !signbit(memra_x_log1p(0.0)));
+    ck_assert(memra_x_log1p(-0.0) == 0.0 && signbit(memra_x_log1p(-0.0)));
+    ck_assert(memra_x_log1p(1e-300) == 1e-300 && memra_x_log1p(sub) == sub && memra_x_log1p(-sub) == -sub);
+    ck_assert(memra_x_log1p(-1.0) == -inf && memra_x_log1p(inf) == inf);
+    ck_assert(isnan(memra_x_log1p(-2.0)) && isnan(memra_x_log1p(NAN)));
+    const double px[] = {1e-10, -1e-10, 0.5, -0.5, 1.0, 1e300, -0.9999999999};
+    for (size_t i = 0; i < sizeof px / sizeof px[0]; i++)
+        xm_check("log1p", memra_x_log1p(px[i]), log1p(px[i]), 8e-16, px[i]);
+    /* pow */
+    ck_assert(memra_x_pow(1.0, 123.0) == 1.0 && memra_x_pow(5.0, 0.0) == 1.0 && memra_x_pow(0.0, 1.0) == 0.0);
+    ck_assert(memra_x_pow(2.0, 1100.0) == inf && memra_x_pow(2.0, -1100.0) == 0.0);
+    xm_check("pow", memra_x_pow(2.0, 10.0), 1024.0, 18 * 5e-16, 2.0);
+    xm_check("pow", memra_x_pow(1e6, -0.5), 1e-3, 9 * 5e-16, 1e6);
+    /* sincos: zeros (sin(-0) is +0 here: the value, not the sign, is compared), tiny x (sin x
+     * == x exactly), the quadrant boundaries, the end of the range */
+    for (int i = 0; i < 3; i++) {
+        const double t = i == 0 ? 1e-300 : i == 1 ? -1e-200 : sub;
+        double sn, cs;
+        memra_x_sincos(t, &sn, &cs);
+        ck_assert(sn == t && cs == 1.0);
+    }
+    const double sx[] = {0.0, -0.0, 1e-300, -1e-300, sub, 0.7853981633974483, 1.5707963267948966,
+                         3.141592653589793, -3.141592653589793, 4.71238898038469, 1e5, 1.6e6, -1.6e6};
+    for (size_t i = 0; i < sizeof sx / sizeof sx[0]; i++) {
+        double sn, cs;
+        memra_x_sincos(sx[i], &sn, &cs);
+        /* near a zero the error is absolute (pi/2's three parts leave 8.5e-32 k): 2^-30 floor */
+        ck_assert_msg(fabs(sn - sin(sx[i])) <= 4e-16 * fmax(fabs(sin(sx[i])), 0x1p-30) &&
+                          fabs(cs - cos(sx[i])) <= 4e-16 * fmax(fabs(cos(sx[i])), 0x1p-30),
+                      "sincos(%a) = %a %a, libm %a %a", sx[i], sn, cs, sin(sx[i]), cos(sx[i]));
+    }
+    /* float wrappers at their edges: the definitions' values */
+    const float fx[] = {0.0f, -0.0f, 88.72283f, 88.7228394f, 89.0f, -87.33654f, -103.9f, -104.0f, -150.0f,
+                        20.0f, 20.000002f, -20.0f, 1e-45f, -1e-45f, 3.4e38f, -3.4e38f, INFINITY, -INFINITY};
+    for (size_t i = 0; i < sizeof fx / sizeof fx[0]; i++) {
+        const float x = fx[i];
+        const double e = exp(-(double)x);
+        const float want[4] = {(float)exp((double)x), (float)(1.0 / (1.0 + e)), (float)((double)x / (1.0 + e)),
+                               x > 20.0f ? x : (float)log1p(exp((double)x))};
+        const float got[4] = {memra_x_expf(x), memra_x_sigmoidf(x), memra_x_siluf(x), memra_x_softplusf(x)};
+        for (int f = 0; f < 4; f++)
+            ck_assert_msg(memcmp(&got[f], &want[f], 4) == 0 || (isnan(got[f]) && isnan(want[f])),
+                          "float fn %d (exp, sigmoid, silu, softplus) at %a: %a want %a", f, (double)x,
+                          (double)got[f], (double)want[f]);
+    }
+    ck_assert(memra_x_sigmoidf(-INFINITY) == 0.0f && memra_x_sigmoidf(INFINITY) == 1.0f);
+    ck_assert(memra_x_softplusf(-INFINITY) == 0.0f && memra_x_softplusf(INFINITY) == INFINITY);
+    ck_assert(isnan(memra_x_expf(NAN)) && isnan(memra_x_sigmoidf(NAN)) && isnan(memra_x_siluf(NAN)) &&
+              isnan(memra_x_softplusf(NAN)));
+}
+END_TEST
+
+START_TEST(test_exact_math_floats)
+{
+    /* Each float wrapper equals (float) of the same double formula with libm's exp / log1p
+     * on 1e6 random inputs: the double results differ by ~1e-16, so the float roundings can
+     * differ only when the exact value lies within ~1e-16 (relative) of a float rounding
+     * boundary (probability ~2^-28 per value; none for this seed). */
+    tu_rng r;
+    tu_rng_seed(&r, 0xF10A7);
+    for (int i = 0; i < 1000000; i++) {
+        const float x = i % 2 ? (float)(-110.0 + 205.0 * xm_u01(&r)) : tu_rng_normal(&r) * 8.0f;
+        const double e = exp(-(double)x);
+        const float want[4] = {(float)exp((double)x), (float)(1.0 / (1.0 + e)), (float)((double)x / (1.0 + e)),
+                               x > 20.0f ? x : (float)log1p(exp((double)x))};
+        const float got[4] = {memra_x_expf(x), memra_x_sigmoidf(x), memra_x_siluf(x), memra_x_softplusf(x)};
+        ck_assert_msg(memcmp(got, want, sizeof got) == 0, "x %a: exp %a/%a sigmoid %a/%a silu %a/%a softplus %a/%a",
+                      (double)x, (double)got[0], (double)want[0], (double)got[1], (double)want[1], (double)got[2],
+                      (double)want[2], (double)got[3], (double)want[3]);
+    }
+}
+END_TEST
+
+/* The CPU emulation of the CUDA butterflies (ref_common.h kref_warp_sum / kref_block_sum)
+ * against a literal 32-lane simulation: lane l adds lane l ^ o (its own value first), every
+ * lane ends with the same bits, and the block sum is warp 0's butterfly over the per-warp
+ * lane-0 values (zeros past the last warp). */
+static double sim_warp_f64(const double *in)
+{
+    double v[32], t[32];
+    memcpy(v, in, sizeof v);
+    for (int o = 16; o >= 1; o >>= 1) {
+        for (int l = 0; l < 32; l++)
+            t[l] = v[l] + v[l ^ o];
+        memcpy(v, t, sizeof v);
+    }
+    for (int l = 1; l < 32; l++)
+        ck_assert(memcmp(&v[l], &v[0], sizeof v[0]) == 0);
+    return v[0];
+}
+
+static float sim_warp_f32(const float *in)
+{
+    float v[32], t[32];
+    memcpy(v, in, sizeof v);
+    for (int o = 16; o >= 1; o >>= 1) {
+        for (int l = 0; l < 32; l++)
+            t[l] = v[l] + v[l ^ o];
+        memcpy(v, t, sizeof v);
+    }
+    for (int l = 1; l < 32; l++)
+        ck_assert(memcmp(&v[l], &v[0], sizeof v[0]) == 0);
+    return v[0];
+}
+
+START_TEST(test_block_sum_emulation)
+{
+    tu_rng r;
+    tu_rng_seed(&r, 0xB10C);
+    static const int32_t threads[] = {32, 64, 256, 512, 1024};
+    for (int rep = 0; rep < 50; rep++)
+        for (size_t ti = 0; ti < sizeof threads / sizeof threads[0]; ti++) {
+            const int32_t T = threads[ti];
+            double pd[1024], cd[1024], wd[32] = {0};
+            float pf[1024], cf[1024], wf[32] = {0};
+            for (int32_t t = 0; t < T; t++) {
+                /* magnitudes over 40 binades: the sums round, so the order matters */
+                pd[t] = tu_rng_normal(&r) * ldexp(1.0, (int)(tu_rng_u64(&r) % 40) - 20);
+                pf[t] = (float)pd[t];
+            }
+            memcpy(cd, pd, sizeof pd);
+            memcpy(cf, pf, sizeof pf);
+            for (int32_t w = 0; w < T / 32; w++) {
+                wd[w] = sim_warp_f64(pd + 32 * w);
+                wf[w] = sim_warp_f32(pf + 32 * w);
+            }
+            const double sd = sim_warp_f64(wd);
+            const float sf = sim_warp_f32(wf);
+            const double ed = kref_block_sum_f64(cd, T);
+            const float ef = kref_block_sum_f32(cf, T);
+            ck_assert_msg(memcmp(&sd, &ed, sizeof sd) == 0, "f64 T %d: %a vs %a", T, sd, ed);
+            ck_assert_msg(memcmp(&sf, &ef, sizeof sf) == 0, "f32 T %d: %a vs %a", T, (double)sf, (double)ef);
+        }
+    /* kref_sum_sq_f64_blk: thread t's strided partials, then the block sum */
+    float x[3000];
+    for (int i = 0; i < 3000; i++)
+        x[i] = tu_rng_normal(&r) * 3.0f;
+    double part[1024] = {0};
+    for (int j = 0; j < 3000; j++)
+        part[j % 1024] += (double)x[j] * x[j];
+    const double want = kref_block_sum_f64(part, 1024), got = kref_sum_sq_f64_blk(x, 3000, 1024);
+    ck_assert(memcmp(&want, &got, sizeof got) == 0);
+}
+END_TEST
 
 /* ================================== Philox / RNG ==================================== */
 
@@ -197,7 +421,8 @@ START_TEST(test_rms_norm_q8)
                 for (int32_t k = 0; k < n; k++) {
                     want[k] = (double)w[k] * xb[k] * s;
                     /* mean rounded (u), + eps (u), sqrtf (u/2), 1/ (u), two products (2u):
-                     * < 6u relative; 8u leaves margin */
+                     * < 6u relative; 8u leaves margin. The f64 sum of squares (kernel order,
+                     * rms_norm_q8.h) is off by < n 2^-53 relative in any order: negligible */
                     tol[k] = 8 * U32 * fabs(want[k]);
                 }
                 check_bound("rms_norm f32", y + (size_t)b * n, want, tol, (size_t)n);
@@ -394,7 +619,8 @@ START_TEST(test_silu_mul_q8)
                 double *want = xcalloc(len, sizeof *want), *tol = xcalloc(len, sizeof *tol);
                 for (size_t i = 0; i < len; i++) {
                     want[i] = silu64(g[s][i]) * u[s][i];
-                    /* expf (1 ulp) + 1 + / + two products: < 6u relative */
+                    /* memra_x_siluf: a double formula (~1e-16) rounded once (u/2), then
+                     * the product (u/2): < 2u relative; 8u leaves margin */
                     tol[i] = 8 * U32 * fabs(want[i]);
                 }
                 /* rows are quantized independently: one long check covers every row */
@@ -617,9 +843,12 @@ static void attn_fill_cache(tu_rng *r, attn_fixture *f)
 }
 
 /* f64 gated attention of q head i of row b over the fixture's cache; tol from the op's f32
- * chain: each score is an f32 dot of dh terms (dh u of sum|q k| scale) and every weight
- * e^s inherits that absolute error as a relative one; the l and o sums add (p + 1) u; the
- * normalisation and the gate add 4u: tol_c = (2 E_s + (p + 8) u) sum_t alpha_t |v_tc| ... */
+ * chain (the flash-decoding order of attn_decode.h): each score is an f32 dot of dh terms
+ * (lane partials + butterfly: <= dh u of sum|q k| scale) and every weight e^s inherits that
+ * absolute error as a relative one; a key's term then sees at most p + 1 fmaf additions and
+ * p + 1 batch corrections in its stream, <= 4 merge levels (sub butterfly, warps, splits) of
+ * 3 roundings each, and the exps, the normalisation and the gate (< 8u):
+ * tol_c = (4 E_s + (2 p + 32) u) sum_t alpha_t |v_tc| g + 4u |want_c|. */
 static void attn_head64(const attn_fixture *f, const float *q, const float *gate, int32_t b,
                         int32_t i, float scale, double *want, double *tol)
 {
@@ -652,7 +881,7 @@ static void attn_head64(const attn_fixture *f, const float *q, const float *gate
     for (int32_t c = 0; c < dh; c++) {
         const double g = sigmoid64(gate[c]);
         want[c] = o[c] * g;
-        tol[c] = ((4 * es + (p + 16) * U32) * mag[c]) * g + 4 * U32 * fabs(want[c]);
+        tol[c] = ((4 * es + (2.0 * p + 32) * U32) * mag[c]) * g + 4 * U32 * fabs(want[c]);
     }
     free(kv);
     free(s);
@@ -664,17 +893,21 @@ START_TEST(test_attn_decode)
 {
     tu_rng r;
     tu_rng_seed(&r, 17);
-    for (size_t si = 0; si < sizeof k_attn_shapes / sizeof k_attn_shapes[0]; si++) {
+    /* n_ctx 37: one split; n_ctx 700 with max_split 3: rows of 700 and 301 keys use 3 and 2
+     * splits (the split merge of the flash-decoding order) */
+    for (size_t ci = 0; ci < 2 * sizeof k_attn_shapes / sizeof k_attn_shapes[0]; ci++) {
+        const size_t si = ci % (sizeof k_attn_shapes / sizeof k_attn_shapes[0]);
         const attn_shape *sh = &k_attn_shapes[si];
-        const int32_t B = 4, n_ctx = 37, dh = sh->head_dim, Hq = sh->n_head;
-        const int32_t width = Hq * dh;
+        const int long_ctx = ci >= sizeof k_attn_shapes / sizeof k_attn_shapes[0];
+        const int32_t B = 4, n_ctx = long_ctx ? 700 : 37, dh = sh->head_dim, Hq = sh->n_head;
+        const int32_t width = Hq * dh, max_split = long_ctx ? 3 : 4;
         attn_fixture f;
         attn_fixture_init(&f, sh, B, n_ctx);
         attn_fill_cache(&r, &f);
         /* position 0 (one key), the last position, one in the middle, one out of range */
         f.pos[0] = 0;
         f.pos[1] = n_ctx - 1;
-        f.pos[2] = 13;
+        f.pos[2] = long_ctx ? 300 : 13;
         f.pos[3] = n_ctx;
         const float scale = 1.0f / sqrtf((float)dh);
         float *q = rand_vec(&r, (size_t)B * width, 1.0f), *qg = rand_vec(&r, (size_t)B * 2 * width, 2.0f);
@@ -683,7 +916,7 @@ START_TEST(test_attn_decode)
         memra_attn_decode_args a = {.q = q, .qg = qg, .positions = f.pos, .k_cache = f.kptr,
                                     .v_cache = f.vptr, .y_q = yq, .o = o, .n_head = Hq,
                                     .n_head_kv = sh->n_head_kv, .head_dim = dh,
-                                    .kv_type = sh->kv_type, .n_ctx = n_ctx, .max_split = 4,
+                                    .kv_type = sh->kv_type, .n_ctx = n_ctx, .max_split = max_split,
                                     .b = B, .scale = scale};
         ck_assert_int_eq(memra_attn_decode_ref(&a), MEMRA_OK);
         double *want = xcalloc((size_t)width, sizeof *want), *tol = xcalloc((size_t)width, sizeof *tol);
@@ -843,7 +1076,8 @@ START_TEST(test_gdn_step)
                 gdn_step64(s, &io, b, conv0, S0, want, conv1, S1, omag, smag);
                 /* f32 chain per output: conv (K terms) -> silu -> L2 (dk terms) -> delta rule
                  * (two dk-term sums) -> RMS over dv -> two products. Each sum of n terms errs
-                 * by n u of its magnitude; the L2/RMS scales carry their sums' errors as
+                 * by n u of its magnitude in any order (so in the canonical lane/butterfly
+                 * order of gdn_step.h too); the L2/RMS scales carry their sums' errors as
                  * relative ones: 8 (dk + dv + K + 16) u of sum_i |S q| scaled like o. */
                 const double rel = 8.0 * (s->dk + s->dv + K + 16) * U32;
                 double rowmag = 0;
@@ -891,11 +1125,158 @@ START_TEST(test_gdn_step)
 }
 END_TEST
 
+/* Bit-identical f32 arrays; names the first differing index with both values and bits. */
+static void gdn_same_f32(const char *what, const float *got, const float *want, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint32_t x, y;
+        memcpy(&x, got + i, 4);
+        memcpy(&y, want + i, 4);
+        ck_assert_msg(x == y, "%s: element %zu of %zu: %.9g (0x%08x) vs %.9g (0x%08x)", what, i, n,
+                      (double)got[i], x, (double)want[i], y);
+    }
+}
+
+/* The canonical order itself (gdn_canon.h), pinned by one sum whose value depends on it:
+ * terms 2^24 at i = 0 (lane 0) and 1 at i = 4 l (lane l = 1..31). Sequentially every + 1 is a
+ * tie that rounds back to 2^24; the butterfly pairs lane 0 with 1, then with 2, 4, 8, 16
+ * (sums of ones), landing on 2^24 + 30 (exact: 2^24 + 31). */
+START_TEST(test_gdn_canon_order)
+{
+    float x[128] = {0}, y[128];
+    for (int i = 0; i < 128; i++)
+        y[i] = 1.0f;
+    x[0] = 16777216.0f;
+    for (int l = 1; l < 32; l++)
+        x[4 * l] = 1.0f;
+    ck_assert_float_eq(memra_gdn_dot(x, y, 128), 16777246.0f);
+    float seq = 0.0f;
+    for (int i = 0; i < 128; i++)
+        seq += x[i] * y[i];
+    ck_assert_float_eq(seq, 16777216.0f); /* the order matters for this sum */
+    /* dv layout (lane j % 32): the same terms moved to j = 0 and j = l */
+    float w[64] = {0};
+    w[0] = 4096.0f; /* 4096^2 = 2^24 */
+    for (int l = 1; l < 32; l++)
+        w[l] = 1.0f;
+    ck_assert(memra_gdn_ss_dv(w, 64) == 16777247.0); /* f64: exact whatever the order */
+}
+END_TEST
+
+/* The reference model's composition (runtime/refmodel.c block_gdn: whole-row conv, silu, per
+ * key head L2 norm and q scale, per value head beta / decay / delta rule / gated norm, one
+ * q8_1 quantization of the row) written with the gdn_canon.h primitives is bit-identical to
+ * memra_gdn_step_ref: o, y_q and both states, over 3 steps and two rows. This is the recipe
+ * refmodel.c is to follow. */
+static void gdn_compose_row(const gdn_shape *s, const gdn_io *io, int32_t b, float *conv, float *S,
+                            float *o, memra_block_q8_1 *yq)
+{
+    const int32_t Ck = s->hk * s->dk, Cv = s->hv * s->dv, Cc = 2 * Ck + Cv, K = s->K;
+    float *u = xcalloc((size_t)Cc, sizeof *u);
+    for (int32_t c = 0; c < Cc; c++) { /* memra_ref_conv_step, then silu */
+        float *w = conv + (size_t)c * (K - 1);
+        const float *t = io->conv_w + (size_t)c * K;
+        float acc = 0.0f;
+        for (int32_t j = 0; j < K - 1; j++)
+            acc += t[j] * w[j];
+        acc += t[K - 1] * io->qkv[(size_t)b * Cc + c];
+        for (int32_t j = 0; j + 1 < K - 1; j++)
+            w[j] = w[j + 1];
+        w[K - 2] = io->qkv[(size_t)b * Cc + c];
+        u[c] = memra_x_siluf(acc);
+    }
+    const float q_scale = 1.0f / sqrtf((float)s->dk);
+    for (int32_t a = 0; a < s->hk; a++) {
+        float *qa = u + a * s->dk, *ka = u + Ck + a * s->dk;
+        memra_gdn_l2_norm(qa, qa, s->dk, 1e-6f);
+        memra_gdn_l2_norm(ka, ka, s->dk, 1e-6f);
+        for (int32_t i = 0; i < s->dk; i++)
+            qa[i] *= q_scale;
+    }
+    for (int32_t h = 0; h < s->hv; h++) {
+        const int32_t a = s->map == MEMRA_GDN_HEADS_TILED ? h % s->hk : h / (s->hv / s->hk);
+        const float beta = memra_x_sigmoidf(io->beta[b * s->hv + h]);
+        const float g = io->ssm_a[h] * memra_x_softplusf(io->alpha[b * s->hv + h] + io->dt_bias[h]);
+        memra_gdn_delta_rule(S + (size_t)h * s->dv * s->dk, o + h * s->dv, u + a * s->dk, u + Ck + a * s->dk,
+                             u + 2 * Ck + h * s->dv, beta, memra_x_expf(g), s->dk, s->dv);
+        memra_gdn_gated_norm(o + h * s->dv, io->z + (size_t)b * Cv + h * s->dv, io->norm, s->dv, 1e-6f);
+    }
+    memra_quantize_q8_1(o, yq, Cv);
+    free(u);
+}
+
+START_TEST(test_gdn_canon_compose)
+{
+    static const gdn_shape shapes[] = {
+        {2, 4, 128, 128, 4, MEMRA_GDN_HEADS_TILED}, {2, 6, 16, 16, 2, MEMRA_GDN_HEADS_GROUPED},
+        {1, 2, 160, 48, 3, MEMRA_GDN_HEADS_TILED}, /* lanes 0..7 hold two groups of 4 */
+    };
+    tu_rng r;
+    tu_rng_seed(&r, 0x6dc);
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const gdn_shape *s = &shapes[si];
+        const int32_t B = 2, Cv = s->hv * s->dv, Cc = 2 * s->hk * s->dk + Cv;
+        const size_t conv_n = (size_t)Cc * (s->K - 1), ssm_n = (size_t)s->hv * s->dv * s->dk;
+        gdn_io io = {.conv_w = rand_vec(&r, (size_t)Cc * s->K, 0.5f), .dt_bias = rand_vec(&r, (size_t)s->hv, 1.0f),
+                     .ssm_a = rand_vec(&r, (size_t)s->hv, 1.0f), .norm = rand_vec(&r, (size_t)s->dv, 1.0f)};
+        for (int32_t h = 0; h < s->hv; h++)
+            io.ssm_a[h] = -fabsf(io.ssm_a[h]);
+        float *conv = rand_vec(&r, (size_t)B * conv_n, 1.0f), *ssm = rand_vec(&r, (size_t)B * ssm_n, 0.3f);
+        float *conv2 = xcalloc((size_t)B * conv_n, sizeof *conv2), *ssm2 = xcalloc((size_t)B * ssm_n, sizeof *ssm2);
+        memcpy(conv2, conv, sizeof(float) * (size_t)B * conv_n);
+        memcpy(ssm2, ssm, sizeof(float) * (size_t)B * ssm_n);
+        uint64_t cp[2], sp[2];
+        for (int32_t b = 0; b < B; b++) {
+            cp[b] = (uint64_t)(uintptr_t)(conv + (size_t)b * conv_n);
+            sp[b] = (uint64_t)(uintptr_t)(ssm + (size_t)b * ssm_n);
+        }
+        float *o = xcalloc((size_t)B * Cv, sizeof *o), *o2 = xcalloc((size_t)Cv, sizeof *o2);
+        memra_block_q8_1 *yq = xcalloc((size_t)B * Cv / 32, sizeof *yq), *yq2 = xcalloc((size_t)Cv / 32, sizeof *yq2);
+        for (int step = 0; step < 3; step++) {
+            io.qkv = rand_vec(&r, (size_t)B * Cc, 1.0f);
+            io.z = rand_vec(&r, (size_t)B * Cv, 1.0f);
+            io.beta = rand_vec(&r, (size_t)B * s->hv, 1.0f);
+            io.alpha = rand_vec(&r, (size_t)B * s->hv, 1.0f);
+            memra_gdn_step_args a = {.qkv = io.qkv, .z = io.z, .beta = io.beta, .alpha = io.alpha,
+                                     .conv_w = io.conv_w, .dt_bias = io.dt_bias, .ssm_a = io.ssm_a,
+                                     .norm_w = io.norm, .conv_state = cp, .ssm_state = sp, .y_q = yq, .o = o,
+                                     .n_k_head = s->hk, .n_v_head = s->hv, .head_k_dim = s->dk,
+                                     .head_v_dim = s->dv, .conv_k = s->K, .head_map = s->map, .b = B,
+                                     .eps = 1e-6f};
+            ck_assert_int_eq(memra_gdn_step_ref(&a), MEMRA_OK);
+            for (int32_t b = 0; b < B; b++) {
+                gdn_compose_row(s, &io, b, conv2 + (size_t)b * conv_n, ssm2 + (size_t)b * ssm_n, o2, yq2);
+                gdn_same_f32("gdn compose o", o + (size_t)b * Cv, o2, (size_t)Cv);
+                ck_assert(memcmp(yq + (size_t)b * Cv / 32, yq2, sizeof *yq2 * (size_t)Cv / 32) == 0);
+            }
+            gdn_same_f32("gdn compose ssm state", ssm, ssm2, (size_t)B * ssm_n);
+            gdn_same_f32("gdn compose conv state", conv, conv2, (size_t)B * conv_n);
+            free(io.qkv);
+            free(io.z);
+            free(io.beta);
+            free(io.alpha);
+        }
+        free(io.conv_w);
+        free(io.dt_bias);
+        free(io.ssm_a);
+        free(io.norm);
+        free(conv);
+        free(ssm);
+        free(conv2);
+        free(ssm2);
+        free(o);
+        free(o2);
+        free(yq);
+        free(yq2);
+    }
+}
+END_TEST
+
 /* ======================================= MoE ======================================== */
 
 START_TEST(test_moe_route)
 {
-    static const struct { int32_t E, k; } cases[] = {{1, 1}, {8, 2}, {33, 5}, {256, 8}};
+    static const struct { int32_t E, k; } cases[] = {{1, 1}, {8, 2}, {33, 5}, {256, 8}, {1000, 16}};
     tu_rng r;
     tu_rng_seed(&r, 19);
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
@@ -933,7 +1314,8 @@ START_TEST(test_moe_route)
             double want[64], tol[64];
             for (int32_t i = 0; i < k; i++) {
                 want[i] = exp(lb[want_ids[i]] - mx) / z / fmax(sel, 6.103515625e-5);
-                /* expf, an E-term f32 sum (E u), 1/Z, product, a k-term sum, a division:
+                /* memra_x_expf (u/2), an E-term f32 sum of positive terms in the kernel's
+                 * tree order (< E u, any order), 1/Z, product, a k-term sum, a division:
                  * (E + k + 8) u relative, doubled for margin */
                 tol[i] = 2.0 * (E + k + 8) * U32 * fabs(want[i]);
             }
@@ -1163,6 +1545,135 @@ START_TEST(test_sample_rule)
 }
 END_TEST
 
+/* sample.h's integer rule written out literally (u128 masses, both thresholds by bisection
+ * over all uint32 values, the draw as a linear walk): the reference's radix select must give
+ * the same tokens. */
+__extension__ typedef unsigned __int128 t_u128;
+
+static t_u128 t_fx(float p)
+{
+    uint32_t b;
+    memcpy(&b, &p, 4);
+    const uint32_t E = b >> 23;
+    const uint64_t m = (b & 0x7FFFFFu) | (E ? 0x800000u : 0u);
+    const int sh = (int)(E ? E : 1) - 50;
+    return sh >= 0 ? (t_u128)m << sh : (t_u128)(m >> -sh);
+}
+
+static int32_t sample_int_rule(const float *l, int32_t n, const memra_sample_params *p)
+{
+    int32_t best = 0, nok = 0;
+    for (int32_t i = 0; i < n; i++)
+        if (!isnan(l[i]) && (nok++ == 0 || l[i] > l[best]))
+            best = i;
+    if (!(p->temperature > 0.0f) || p->top_k == 1 || nok == 0 || isinf(l[best]))
+        return best;
+    /* C: the logits >= t_k, t_k found by walking down the distinct values from the top until
+     * at least top_k logits are >= it (or all non-NaN ones when there is no cut) */
+    float tk = -INFINITY;
+    if (p->top_k > 0 && p->top_k < nok) {
+        tk = l[best];
+        for (;;) {
+            int32_t c = 0;
+            float nx = -INFINITY; /* the next smaller logit value */
+            for (int32_t i = 0; i < n; i++) {
+                c += !isnan(l[i]) && l[i] >= tk;
+                if (!isnan(l[i]) && l[i] < tk && l[i] > nx)
+                    nx = l[i];
+            }
+            if (c >= p->top_k)
+                break;
+            tk = nx;
+        }
+    }
+    float *pr = xcalloc((size_t)n, sizeof *pr); /* p_i, or -1: not in C */
+    t_u128 z = 0;
+    for (int32_t i = 0; i < n; i++) {
+        if (isnan(l[i]) || l[i] < tk) {
+            pr[i] = -1.0f;
+            continue;
+        }
+        pr[i] = memra_x_expf((l[i] - l[best]) / p->temperature);
+        z += t_fx(pr[i]);
+    }
+    uint32_t pmin = 0;
+    t_u128 total = z;
+    if (p->top_p > 0.0f && p->top_p < 1.0f) {
+        const double zd = (double)(uint64_t)(z >> 64) * 18446744073709551616.0 + (double)(uint64_t)z;
+        const double td = (double)p->top_p * zd, two64 = 18446744073709551616.0;
+        const uint64_t thi = (uint64_t)(td / two64); /* floor(td), exactly, in two halves */
+        t_u128 target = ((t_u128)thi << 64) | (uint64_t)(td - (double)thi * two64);
+        if (!target)
+            target = 1;
+        uint64_t lo = 0, hi = 0x100000000ull; /* mass(lo) >= target > mass(hi) */
+        while (hi - lo > 1) {
+            const uint64_t mid = (lo + hi) / 2;
+            t_u128 m = 0;
+            for (int32_t i = 0; i < n; i++) {
+                uint32_t b;
+                memcpy(&b, &pr[i], 4);
+                if (pr[i] >= 0.0f && b >= mid)
+                    m += t_fx(pr[i]);
+            }
+            if (m >= target)
+                lo = mid;
+            else
+                hi = mid;
+        }
+        pmin = (uint32_t)lo;
+        total = 0;
+        for (int32_t i = 0; i < n; i++) {
+            uint32_t b;
+            memcpy(&b, &pr[i], 4);
+            if (pr[i] >= 0.0f && b >= pmin)
+                total += t_fx(pr[i]);
+        }
+    }
+    const uint32_t u24 = (uint32_t)(memra_rng_uniform(p->seed, p->step) * 16777216.0f);
+    const t_u128 target = total * u24 >> 24; /* total < 2^124: no overflow */
+    t_u128 cum = 0;
+    int32_t tok = -1;
+    for (int32_t i = 0; i < n && tok < 0; i++) {
+        uint32_t b;
+        memcpy(&b, &pr[i], 4);
+        if (pr[i] >= 0.0f && b >= pmin && (cum += t_fx(pr[i])) > target)
+            tok = i;
+    }
+    free(pr);
+    return tok;
+}
+
+START_TEST(test_sample_integer_rule)
+{
+    static const memra_sample_params ps[] = {
+        {.temperature = 1.0f}, {.temperature = 0.7f, .top_k = 5}, {.temperature = 1.3f, .top_p = 0.9f},
+        {.temperature = 0.8f, .top_k = 20, .top_p = 0.5f}, {.temperature = 2.0f, .top_k = 3, .top_p = 0.99f},
+        {.temperature = 0.05f, .top_p = 0.999f}, {.temperature = 1.0f, .top_p = 1e-6f},
+    };
+    static const int32_t vs[] = {2, 7, 100, 3000};
+    tu_rng r;
+    tu_rng_seed(&r, 0x1A7E);
+    for (size_t vi = 0; vi < sizeof vs / sizeof vs[0]; vi++) {
+        const int32_t V = vs[vi];
+        float *l = rand_vec(&r, (size_t)V, 3.0f);
+        for (int32_t i = 0; i < V; i += 5)
+            l[i] = l[(i * 7) % V]; /* ties */
+        if (V > 10)
+            l[3] = NAN;
+        for (size_t pi = 0; pi < sizeof ps / sizeof ps[0]; pi++)
+            for (uint64_t step = 0; step < 12; step++) {
+                memra_sample_params p = ps[pi];
+                p.seed = 77 + vi;
+                p.step = step;
+                const int32_t got = memra_sample_row_ref(l, V, &p), want = sample_int_rule(l, V, &p);
+                ck_assert_msg(got == want, "V %d params %zu step %llu: got %d want %d", V, pi,
+                              (unsigned long long)step, got, want);
+            }
+        free(l);
+    }
+}
+END_TEST
+
 START_TEST(test_sample_greedy_edges)
 {
     const memra_sample_params g = {.temperature = 0.0f};
@@ -1350,6 +1861,10 @@ Suite *make_ops_suite(void)
     TCase *tc = tcase_create("ref");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_philox_kat);
+    tcase_add_test(tc, test_exact_math_libm);
+    tcase_add_test(tc, test_exact_math_specials);
+    tcase_add_test(tc, test_exact_math_floats);
+    tcase_add_test(tc, test_block_sum_emulation);
     tcase_add_test(tc, test_embed);
     tcase_add_test(tc, test_rms_norm_q8);
     tcase_add_test(tc, test_mmvq_types);
@@ -1358,10 +1873,13 @@ Suite *make_ops_suite(void)
     tcase_add_test(tc, test_attn_prep);
     tcase_add_test(tc, test_attn_decode);
     tcase_add_test(tc, test_gdn_step);
+    tcase_add_test(tc, test_gdn_canon_order);
+    tcase_add_test(tc, test_gdn_canon_compose);
     tcase_add_test(tc, test_moe_route);
     tcase_add_test(tc, test_mmvq_moe);
     tcase_add_test(tc, test_moe_down);
     tcase_add_test(tc, test_sample_rule);
+    tcase_add_test(tc, test_sample_integer_rule);
     tcase_add_test(tc, test_sample_greedy_edges);
     tcase_add_test(tc, test_sample_distribution);
     tcase_add_test(tc, test_sample_batch_independent);

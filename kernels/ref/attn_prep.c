@@ -1,6 +1,9 @@
 /*
- * attn_prep.c — CPU reference of attn_prep (contract: kernels/attn_prep.h): q/k head norms,
- * partial NEOX / IMRoPE rotation, KV-cache append.
+ * attn_prep.c — CPU reference of attn_prep (contract and exact arithmetic: kernels/attn_prep.h):
+ * q/k head norms, partial NEOX / IMRoPE rotation, KV-cache append. Bit-identical to the CUDA
+ * kernel: the norm emulates its 128-thread f64 block sum (kref_rms_norm_blk), the angle is
+ * the shared inline memra_attn_rope_cs.
+ * Must not: call libm transcendentals (exact_math.h only), or sum in another order.
  */
 #include "attn_prep.h"
 
@@ -10,27 +13,19 @@
 #include "quant.h"
 #include "ref/ref_common.h"
 
-/* The position pair m rotates with: p, or 0 for an IMRoPE pair in the "e" section. */
-static int32_t rope_pos(const int32_t sec[4], int32_t m, int32_t p)
+void memra_attn_head_norm(const float *x, const float *w, float *y, int32_t n, float eps)
 {
-    const int32_t sect_dims = sec[0] + sec[1] + sec[2] + sec[3];
-    if (sect_dims == 0)
-        return p; /* plain NEOX */
-    const int32_t s = m % sect_dims;
-    if ((s % 3 == 0 && s < 3 * sec[0]) || (s % 3 == 1 && s < 3 * sec[1]) ||
-        (s % 3 == 2 && s < 3 * sec[2]))
-        return p;
-    return 0;
+    kref_rms_norm_blk(x, w, y, n, eps, MEMRA_ATTN_PREP_THREADS);
 }
 
-static void rope_head(const memra_attn_prep_args *a, float *x, int32_t p)
+void memra_attn_rope(float *x, int32_t n_rot, const int32_t sections[4], int32_t pos,
+                     float freq_base, float freq_scale)
 {
-    const int32_t half = a->n_rot / 2;
+    const int32_t half = n_rot / 2;
     for (int32_t m = 0; m < half; m++) {
-        const double theta = (double)rope_pos(a->sections, m, p) *
-                             pow((double)a->freq_base, -2.0 * (double)m / (double)a->n_rot) *
-                             (double)a->freq_scale;
-        const float c = (float)cos(theta), s = (float)sin(theta);
+        float c, s;
+        memra_attn_rope_cs(memra_attn_rope_pos(sections, m, pos), m, n_rot, freq_base, freq_scale,
+                           &c, &s);
         const float x0 = x[m], x1 = x[m + half];
         x[m] = x0 * c - x1 * s;
         x[m + half] = x0 * s + x1 * c;
@@ -54,8 +49,8 @@ static void prep_row(const memra_attn_prep_args *a, int32_t b)
     const float *qg = a->qg + (size_t)b * (size_t)(2 * a->n_head * dh); /* [n_head, 2, dh] */
     float *q = a->q + (size_t)b * (size_t)(a->n_head * dh);             /* [n_head, dh] */
     for (int32_t i = 0; i < a->n_head; i++) {
-        kref_rms_norm(qg + (size_t)(2 * i * dh), a->q_norm, q + (size_t)(i * dh), dh, a->eps);
-        rope_head(a, q + (size_t)(i * dh), p);
+        memra_attn_head_norm(qg + (size_t)(2 * i * dh), a->q_norm, q + (size_t)(i * dh), dh, a->eps);
+        memra_attn_rope(q + (size_t)(i * dh), a->n_rot, a->sections, p, a->freq_base, a->freq_scale);
     }
     if (p < 0 || p >= a->n_ctx)
         return;
@@ -66,8 +61,8 @@ static void prep_row(const memra_attn_prep_args *a, int32_t b)
     float kh[MEMRA_ATTN_MAX_HEAD_DIM];
     for (int32_t j = 0; j < a->n_head_kv; j++) {
         const size_t off = (size_t)b * (size_t)(a->n_head_kv * dh) + (size_t)(j * dh);
-        kref_rms_norm(a->k + off, a->k_norm, kh, dh, a->eps);
-        rope_head(a, kh, p);
+        memra_attn_head_norm(a->k + off, a->k_norm, kh, dh, a->eps);
+        memra_attn_rope(kh, a->n_rot, a->sections, p, a->freq_base, a->freq_scale);
         kv_store(a->kv_type, kh, kc + (uint64_t)j * hb, dh);
         kv_store(a->kv_type, a->v + off, vc + (uint64_t)j * hb, dh);
     }

@@ -1,16 +1,20 @@
 /*
- * gdn_step.c — CPU reference of gdn_step (contract and exact arithmetic: kernels/gdn_step.h).
+ * gdn_step.c — CPU reference of gdn_step (contract and exact arithmetic: kernels/gdn_step.h):
+ * the kernel's canonical order, emulated with the primitives of kernels/gdn_canon.h (lane
+ * partials and the xor butterfly for the dk dot products and the norm sums).
  *
  * Walk per row: value heads in increasing h; each computes the conv outputs of the channels
  * it reads (its key head's q and k, its own v) from the OLD conv state, which is shifted only
  * after the last head. The per-channel arithmetic is that of the reference model's whole-row
  * conv, so recomputing a shared key head's channels gives the same bits every time.
+ * Must not: call libm transcendentals (exact_math.h via gdn_canon.h only); let row b touch
+ * another row's state.
  */
 #include "gdn_step.h"
 
-#include <math.h>
 #include <string.h>
 
+#include "gdn_canon.h"
 #include "memra.h"
 #include "quant.h"
 #include "ref/ref_common.h"
@@ -21,7 +25,7 @@ typedef struct gdn_row {
     int32_t cc; /* conv channels */
 } gdn_row;
 
-/* silu(causal conv) of channels [c0, c0 + n) of the row into u[n]. */
+/* silu(causal conv) of channels [c0, c0 + n) of the row into u[n] (OLD state). */
 static void conv_silu(const gdn_row *r, int32_t c0, int32_t n, float *u)
 {
     const memra_gdn_step_args *a = r->a;
@@ -30,13 +34,8 @@ static void conv_silu(const gdn_row *r, int32_t c0, int32_t n, float *u)
     const float *st = (const float *)(uintptr_t)a->conv_state[r->b]; /* [cc, K-1] */
     for (int32_t i = 0; i < n; i++) {
         const int32_t c = c0 + i;
-        const float *w = a->conv_w + (size_t)c * (size_t)K; /* [K], tap K-1 = newest */
-        const float *win = st + (size_t)c * (size_t)(K - 1);
-        float acc = 0.0f;
-        for (int32_t j = 0; j < K - 1; j++)
-            acc += w[j] * win[j];
-        acc += w[K - 1] * raw[c];
-        u[i] = kref_silu(acc);
+        u[i] = memra_gdn_conv_silu(a->conv_w + (size_t)c * (size_t)K, st + (size_t)c * (size_t)(K - 1),
+                                   raw[c], K);
     }
 }
 
@@ -51,34 +50,18 @@ static void head(void *ctx, int32_t h, float *o)
     conv_silu(r, ka * dk, dk, q);
     conv_silu(r, hk * dk + ka * dk, dk, k);
     conv_silu(r, 2 * hk * dk + h * dv, dv, v);
-    kref_l2_norm(q, q, dk, a->eps);
-    kref_l2_norm(k, k, dk, a->eps);
-    const float q_scale = 1.0f / sqrtf((float)dk);
+    memra_gdn_l2_norm(q, q, dk, a->eps);
+    memra_gdn_l2_norm(k, k, dk, a->eps);
+    const float q_scale = memra_gdn_q_scale(dk);
     for (int32_t i = 0; i < dk; i++)
         q[i] *= q_scale;
     const size_t bh = (size_t)r->b * (size_t)hv + (size_t)h;
-    const float beta = kref_sigmoid(a->beta[bh]);
-    const float lambda = expf(a->ssm_a[h] * kref_softplus(a->alpha[bh] + a->dt_bias[h]));
+    const float beta = memra_gdn_beta(a->beta[bh]);
+    const float lambda = memra_gdn_decay(a->ssm_a[h], a->alpha[bh], a->dt_bias[h]);
     float *St = (float *)(uintptr_t)a->ssm_state[r->b] + (size_t)h * (size_t)dv * (size_t)dk;
-    for (int32_t j = 0; j < dv; j++) {
-        float *s = St + (size_t)j * (size_t)dk; /* s[i] = S[i, j] */
-        for (int32_t i = 0; i < dk; i++)
-            s[i] *= lambda;
-        float rr = 0.0f;
-        for (int32_t i = 0; i < dk; i++)
-            rr += s[i] * k[i];
-        const float delta = beta * (v[j] - rr);
-        for (int32_t i = 0; i < dk; i++)
-            s[i] += k[i] * delta;
-        float acc = 0.0f;
-        for (int32_t i = 0; i < dk; i++)
-            acc += s[i] * q[i];
-        o[j] = acc;
-    }
-    const float *z = a->z + (size_t)r->b * (size_t)(hv * dv) + (size_t)(h * dv);
-    kref_rms_norm(o, a->norm_w, o, dv, a->eps);
-    for (int32_t j = 0; j < dv; j++)
-        o[j] *= kref_silu(z[j]);
+    memra_gdn_delta_rule(St, o, q, k, v, beta, lambda, dk, dv);
+    memra_gdn_gated_norm(o, a->z + (size_t)r->b * (size_t)(hv * dv) + (size_t)(h * dv), a->norm_w, dv,
+                         a->eps);
 }
 
 static void conv_shift(const gdn_row *r)

@@ -1,6 +1,7 @@
 /*
  * mmvq_moe.c — CPU reference of mmvq_moe (contract: kernels/mmvq_moe.h): the mmvq row
- * arithmetic over the experts moe_route selected.
+ * arithmetic over the experts moe_route selected (the CUDA kernel kernels/mmvq_moe.cu
+ * produces the same bits).
  */
 #include "mmvq_moe.h"
 

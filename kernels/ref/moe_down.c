@@ -1,11 +1,13 @@
 /*
- * moe_down.c — CPU reference of moe_down (contract and exact order: kernels/moe_down.h).
+ * moe_down.c — CPU reference of moe_down (contract and exact order: kernels/moe_down.h; the
+ * CUDA kernel kernels/moe_down.cu produces the same bits). The shared-expert gate is
+ * memra_x_sigmoidf (kernels/exact_math.h), never libm's expf.
  */
 #include "moe_down.h"
 
+#include "exact_math.h"
 #include "memra.h"
 #include "quant.h"
-#include "ref/ref_common.h"
 
 static float expert_out(const memra_moe_down_args *a, int32_t b, int32_t r, int32_t e, int32_t o)
 {
@@ -37,13 +39,13 @@ int memra_moe_down_ref(const memra_moe_down_args *a)
     for (int32_t b = 0; b < a->b; b++) {
         const int32_t *ids = a->ids + (size_t)b * (size_t)a->n_used;
         const float *wts = a->wts + (size_t)b * (size_t)a->n_used;
-        const float gamma = a->sh_a ? kref_sigmoid(a->sh_gate[b]) : 0.0f;
+        const float gamma = a->sh_a ? memra_x_sigmoidf(a->sh_gate[b]) : 0.0f;
         float *x = a->x + (size_t)b * (size_t)a->n; /* [n] */
         for (int32_t o = 0; o < a->n; o++) {
             float f = 0.0f;
             for (int32_t r = 0; r < a->n_used; r++)
                 if (ids[r] >= 0 && ids[r] < a->n_expert)
-                    f += wts[r] * expert_out(a, b, r, ids[r], o);
+                    f = f + wts[r] * expert_out(a, b, r, ids[r], o);
             if (a->sh_a)
                 f = f + gamma * shared_out(a, b, o);
             x[o] = x[o] + f;

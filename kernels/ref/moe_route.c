@@ -1,13 +1,17 @@
 /*
- * moe_route.c — CPU reference of moe_route (contract: kernels/moe_route.h). The top-k is a
- * k-pass selection over pi, recomputing pi_e on the fly (no [n_expert] scratch): pi_e is a
- * pure function of (l_e, mx, Z), so every pass sees the same values.
+ * moe_route.c — CPU reference of moe_route (contract: kernels/moe_route.h), bit-identical to
+ * the CUDA kernel: Z in the kernel's order (kref_exp_sum_blk, 256 threads), memra_x_expf.
+ * The top-k is a k-pass selection over pi, recomputing pi_e on the fly (no [n_expert]
+ * scratch): pi_e is a pure function of (l_e, mx, Z), so every pass sees the same values.
+ * For the reference model, memra_moe_route_ref with b = 1 is the per-row primitive.
  */
 #include "moe_route.h"
 
 #include <math.h>
 
+#include "exact_math.h"
 #include "memra.h"
+#include "ref/ref_common.h"
 
 /* pa (expert a) ranks before pb (expert b): larger, NaN after every number, lower index on
  * ties. */
@@ -25,9 +29,7 @@ static void route_row(const memra_moe_route_args *a, const float *l, int32_t *id
     float mx = -INFINITY;
     for (int32_t e = 0; e < a->n_expert; e++)
         mx = fmaxf(mx, l[e]);
-    float z = 0.0f;
-    for (int32_t e = 0; e < a->n_expert; e++)
-        z += expf(l[e] - mx);
+    const float z = kref_exp_sum_blk(l, a->n_expert, mx, MEMRA_MOE_ROUTE_THREADS);
     const float inv = 1.0f / z;
     for (int32_t k = 0; k < a->n_used; k++) {
         int32_t best = -1;
@@ -36,7 +38,7 @@ static void route_row(const memra_moe_route_args *a, const float *l, int32_t *id
             int taken = 0;
             for (int32_t t = 0; t < k; t++)
                 taken |= ids[t] == e;
-            const float pe = expf(l[e] - mx) * inv;
+            const float pe = memra_x_expf(l[e] - mx) * inv;
             if (!taken && (best < 0 || ranks_before(pe, e, pbest, best))) {
                 best = e;
                 pbest = pe;

@@ -1,5 +1,8 @@
 /*
- * rms_norm_q8.c — CPU reference of rms_norm_q8 (contract: kernels/rms_norm_q8.h).
+ * rms_norm_q8.c — CPU reference of rms_norm_q8 (contract: kernels/rms_norm_q8.h): the sum of
+ * squares in the CUDA kernel's order (kref_rms_scale_blk, 1024 threads), so the f32 values
+ * and the q8_1 bytes are bit-identical to the GPU's.
+ * Must not: change the summation order without changing kernels/rms_norm_q8.cu with it.
  */
 #include "rms_norm_q8.h"
 
@@ -19,7 +22,7 @@ int memra_rms_norm_q8_ref(const memra_rms_norm_q8_args *a)
     for (int32_t b = 0; b < a->b; b++) {
         const float *x = a->x + (size_t)b * (size_t)a->n; /* [n] */
         memra_block_q8_1 *yq = (memra_block_q8_1 *)a->y_q + (size_t)b * (size_t)(a->n / 32);
-        const float scale = kref_rms_scale(x, a->n, a->eps);
+        const float scale = kref_rms_scale_blk(x, a->n, a->eps, MEMRA_RMS_NORM_Q8_THREADS);
         for (int32_t j0 = 0; j0 < a->n; j0 += CHUNK) {
             const int32_t m = a->n - j0 < CHUNK ? a->n - j0 : CHUNK;
             for (int32_t j = 0; j < m; j++)

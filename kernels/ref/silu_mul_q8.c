@@ -1,11 +1,12 @@
 /*
- * silu_mul_q8.c — CPU reference of silu_mul_q8 (contract: kernels/silu_mul_q8.h).
+ * silu_mul_q8.c — CPU reference of silu_mul_q8 (contract: kernels/silu_mul_q8.h):
+ * memra_x_siluf(g) * u then the engine quantizer, bit-identical to the CUDA kernel.
  */
 #include "silu_mul_q8.h"
 
+#include "exact_math.h"
 #include "memra.h"
 #include "quant.h"
-#include "ref/ref_common.h"
 
 #define CHUNK 1024 /* whole q8_1 blocks per stack chunk (see rms_norm_q8.c) */
 
@@ -20,7 +21,7 @@ static void slot_run(const memra_silu_mul_q8_slot *s, int32_t b)
         for (int32_t j0 = 0; j0 < s->n; j0 += CHUNK) {
             const int32_t m = s->n - j0 < CHUNK ? s->n - j0 : CHUNK;
             for (int32_t j = 0; j < m; j++)
-                tmp[j] = kref_silu(g[j0 + j]) * u[j0 + j];
+                tmp[j] = memra_x_siluf(g[j0 + j]) * u[j0 + j];
             memra_quantize_q8_1(tmp, yq + j0 / 32, m);
         }
     }

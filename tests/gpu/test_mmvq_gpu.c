@@ -6,22 +6,26 @@
  * For each weight qtype and B = 1..16, over K in {one dot block, three, 4096, 14336} and
  * N in {1, 3, 127, 4097}:
  *   (a) the GPU q8_1 quantizer writes the bytes of memra_quantize_q8_1 (memcmp);
- *   (b) y[b, o] vs memra_vec_dot_q8_1 on the CPU: bit-identical (memcmp) when the launch's
- *       ksplit is 1, because then the GPU sums the per-block r in the CPU's order and r itself
- *       is computed with quant.c's operations; with ksplit 2 or 4 only the summation order
- *       differs, so |y - ref| <= 2 (n - 1) 2^-24 sum_i |r_i| (the bound for two orderings of
- *       an n-term fp32 sum: each is within (n - 1) u sum |r_i| of the exact sum, u = 2^-24,
- *       to first order; the factor 1.001 below covers the second-order term for n < 2^14);
+ *   (b) y[b, o] vs memra_mmvq_dot on the CPU (kernels/mmvq.h: the canonical order of P =
+ *       memra_mmvq_parts(K) parts): bit-identical (memcmp) for the default launch, whose
+ *       ksplit is that P; a test-forced ksplit != P only changes the summation order, so
+ *       |y - ref| <= 2 (n - 1) 2^-24 sum_i |r_i| (the bound for two orderings of an n-term
+ *       fp32 sum: each is within (n - 1) u sum |r_i| of the exact sum, u = 2^-24, to first
+ *       order; the factor 1.001 below covers the second-order term for n < 2^14);
  *   (c) row b of the B-wide call is memcmp-equal to the B = 1 call on row b alone;
  *   (d) a second launch gives the same bytes.
  * Merged launches (three weights of different qtypes, store and add-into, output scale) get
- * the same checks. A bandwidth measurement (printed, not asserted) times mmvq on ~1 GB of
- * weights at several B against a device-to-device copy in the same run.
+ * the same checks. A bandwidth measurement (printed, not asserted) times mmvq on the real
+ * decode shapes of a 9B model (n_embd 4096) at B = 1, 2, 4, 8, 16: each shape launched back
+ * to back in a captured CUDA graph with PDL, as in a tick, weights rotated through 2 GiB so
+ * every launch reads HBM, against a device-to-device copy measured in the same run.
  *
  * Lines starting with "TABLE|" are the summary scripts/device-run.sh prints last.
- * MEMRA_GPU_QUICK=1 (test tooling only) drops the two largest shapes, for sanitizer runs.
+ * MEMRA_GPU_QUICK=1 (test tooling only) drops the two largest shapes, for sanitizer runs;
+ * MEMRA_GPU_BENCH_ONLY=1 runs only the bandwidth measurement (a baseline build).
  */
 #include <check.h>
+#include <dlfcn.h>
 #include <execinfo.h>
 #include <math.h>
 #include <signal.h>
@@ -77,6 +81,16 @@ static int gpu_ready(void)
     do {                                                                                           \
         if (!gpu_ready()) {                                                                        \
             printf("SKIP %s: %s\n", __func__, G.why);                                              \
+            return;                                                                                \
+        }                                                                                          \
+    } while (0)
+
+/* MEMRA_GPU_BENCH_ONLY=1: a baseline build times its kernel and checks nothing. */
+#define BENCH_ONLY_SKIP()                                                                          \
+    do {                                                                                           \
+        const char *q_ = getenv("MEMRA_GPU_BENCH_ONLY");                                           \
+        if (q_ && *q_ && *q_ != '0') {                                                             \
+            printf("SKIP %s: MEMRA_GPU_BENCH_ONLY\n", __func__);                                   \
             return;                                                                                \
         }                                                                                          \
     } while (0)
@@ -149,6 +163,7 @@ static void *prewarm_worker(void *arg)
 START_TEST(test_prewarm)
 {
     GPU_OR_SKIP();
+    BENCH_ONLY_SKIP();
     atomic_int next = 0;
     pthread_t th[16];
     pthread_attr_t at;
@@ -269,7 +284,7 @@ static void *ref_worker(void *arg)
             for (int b = 0; b < 16; b++) {
                 const uint8_t *row = j->w + (size_t)oo * rb;
                 const memra_block_q8_1 *ab = j->a + (size_t)b * (j->K / 32);
-                j->ref[(size_t)b * j->N + oo] = memra_vec_dot_q8_1((memra_qtype)j->qt, row, ab, j->K);
+                j->ref[(size_t)b * j->N + oo] = memra_mmvq_dot(j->qt, row, ab, j->K);
                 double s = 0;
                 for (int k = 0; k < j->K / de; k++)
                     s += fabs((double)memra_vec_dot_block((memra_qtype)j->qt, row + k * db,
@@ -406,7 +421,7 @@ static void mmvq_case(int qt, int K, int N, tally *t, tu_rng *rng)
         CU_OK(cuMemcpyDtoH(y, dy, (size_t)B * N * 4));
         snprintf(what, sizeof what, "%s K=%d N=%d B=%d ksplit=%d", memra_qtype_get(qt)->name, K,
                  N, B, ks);
-        check_vs_ref(t, what, y, ref, sabs, B, N, nblk, ks == 1);
+        check_vs_ref(t, what, y, ref, sabs, B, N, nblk, ks == memra_mmvq_parts(K));
         for (int b = 0; b < B; b++)
             if (memcmp(y + (size_t)b * N, y1 + (size_t)b * N, (size_t)N * 4) != 0) {
                 t->iso_bad++;
@@ -421,14 +436,14 @@ static void mmvq_case(int qt, int K, int N, tally *t, tu_rng *rng)
         t->rerun_bad++;
         report(t, "%s K=%d N=%d: second B=16 launch differs", memra_qtype_get(qt)->name, K, N);
     }
-    /* every ksplit on B = 16: ksplit 1 must be bit-identical to the CPU */
-    for (int ks = 1; ks <= 4; ks *= 2) {
+    /* every ksplit on B = 16: the canonical one must be bit-identical to the CPU */
+    for (int ks = 1; ks <= 8; ks *= 2) {
         CU_OK(cuMemsetD8(dy, 0xFF, (size_t)16 * N * 4));
         mmvq_run(&args, ks, NULL);
         CU_OK(cuMemcpyDtoH(y, dy, (size_t)16 * N * 4));
         snprintf(what, sizeof what, "%s K=%d N=%d B=16 forced ksplit=%d",
                  memra_qtype_get(qt)->name, K, N, ks);
-        check_vs_ref(t, what, y, ref, sabs, 16, N, nblk, ks == 1);
+        check_vs_ref(t, what, y, ref, sabs, 16, N, nblk, ks == memra_mmvq_parts(K));
     }
     CU_OK(cuMemFree(dw));
     CU_OK(cuMemFree(da));
@@ -462,6 +477,7 @@ static int type_selected(const char *name)
 START_TEST(test_mmvq_qtype)
 {
     GPU_OR_SKIP();
+    BENCH_ONLY_SKIP();
     const int qt = k_types[_i];
     if (!type_selected(memra_qtype_get(qt)->name)) {
         printf("SKIP mmvq %s: not in MEMRA_GPU_TYPES\n", memra_qtype_get(qt)->name);
@@ -493,7 +509,8 @@ END_TEST
 /* ------------------------------------ merged launches ------------------------------------- */
 
 /* Three weights of different qtypes on one input: store, add-into with scale 0.5, store with
- * scale -1.25. Expected (CPU): v = ref (× scale), y = v or y_init + v. With ksplit 1 the GPU
+ * scale -1.25. Expected (CPU): v = ref (× scale), y = v or y_init + v. With the canonical
+ * ksplit (memra_mmvq_parts(K)) the GPU
  * must match byte for byte; otherwise v is within the summation bound times |scale| (an exact
  * power-of-two scale keeps it exact, -1.25 adds one rounding: + 2^-24 |v|), and the add into
  * y_init one more rounding each side (+ 2^-23 |y|). */
@@ -577,12 +594,13 @@ static long merged_values(merged *m, int B, int ks, long *pairs)
             const double tol = 2.0 * 1.001 * (nblk - 1) * 0x1p-24 * m->sabs[i][k] *
                                    fabsf(mg_scales[i]) +
                                0x1p-24 * fabs(v) + 0x1p-23 * fabs(want);
-            const int ok = used == 1 ? memcmp(&m->y[i][k], &want, 4) == 0
-                                     : fabs((double)m->y[i][k] - want) <= tol;
+            const int exact = used == memra_mmvq_parts(MG_K);
+            const int ok = exact ? memcmp(&m->y[i][k], &want, 4) == 0
+                                 : fabs((double)m->y[i][k] - want) <= tol;
             if (!ok && bad++ < 6)
                 printf("  FAIL merged B=%d ksplit=%d weight %d [%d]: gpu %.9g want %.9g tol "
                        "%.3g\n",
-                       B, used, i, k, m->y[i][k], want, used == 1 ? 0.0 : tol);
+                       B, used, i, k, m->y[i][k], want, exact ? 0.0 : tol);
         }
     }
     return bad;
@@ -620,6 +638,7 @@ static long merged_isolation(merged *m)
 START_TEST(test_mmvq_merged)
 {
     GPU_OR_SKIP();
+    BENCH_ONLY_SKIP();
     tu_rng rng;
     tu_rng_seed(&rng, 4242);
     merged m;
@@ -627,7 +646,7 @@ START_TEST(test_mmvq_merged)
     long bad = 0, pairs = 0;
     static const int Bs[3] = {1, 5, 16};
     for (int bi = 0; bi < 3; bi++)
-        for (int ks = 0; ks <= 1; ks++) /* auto (4 for these 33 tiles), then forced 1 */
+        for (int ks = 0; ks <= 1; ks++) /* canonical (8 for K = 4096, exact), then forced 1 */
             bad += merged_values(&m, Bs[bi], ks, &pairs);
     const long iso_bad = merged_isolation(&m);
     printf("TABLE|mmvq merged q4_K+q6_K(add,x0.5)+q8_0(x-1.25): %ld/%ld ok, isolation %s\n",
@@ -663,6 +682,7 @@ static void fill_quant_cases(float *x, int rows, int n, tu_rng *r)
 START_TEST(test_quantize_q8_1_bytes)
 {
     GPU_OR_SKIP();
+    BENCH_ONLY_SKIP();
     static const int ns[] = {32, 96, 4096, 4100, 14336};
     CUfunction f = kernel("quantize_q8_1");
     tu_rng rng;
@@ -712,33 +732,188 @@ static float median(float *v, int n)
     return v[n / 2];
 }
 
-enum { BENCH_REPS = 15 };
+enum { BENCH_REPS = 7 };
 
-/* Median ms of BENCH_REPS mmvq launches whose weights start at successive offsets of the
- * 1 GB buffer, so a matrix smaller than L2 is still read from HBM. */
-static float bench_mmvq(CUdeviceptr wbuf, size_t wcap, CUdeviceptr da, CUdeviceptr dy, int qt,
-                        int K, int N, int B, int ksplit, CUevent e0, CUevent e1)
+/* Driver entry points the shared table (runtime/cuda_util.h) does not carry: graph capture
+ * and the PDL launch, looked up in the library the table already loaded. */
+typedef struct graph_api {
+    CUresult (*begin)(CUstream, CUstreamCaptureMode);
+    CUresult (*end)(CUstream, CUgraph *);
+    CUresult (*inst)(CUgraphExec *, CUgraph, unsigned long long);
+    CUresult (*launch)(CUgraphExec, CUstream);
+    CUresult (*exec_destroy)(CUgraphExec);
+    CUresult (*destroy)(CUgraph);
+    CUresult (*launch_ex)(const CUlaunchConfig *, CUfunction, void **, void **);
+} graph_api;
+
+static int graph_api_get(graph_api *g)
 {
-    const size_t rb = memra_quant_row_bytes((memra_qtype)qt, K);
-    const size_t stride = (rb * N + 255) / 256 * 256, nmat = wcap / stride;
-    ck_assert(nmat >= 1);
-    memra_mmvq_args args = {.a = dptr(da), .n_in = K, .b = B, .n_w = 1};
-    args.out[0] = (memra_mmvq_out){.y = dptr(dy), .qtype = qt, .n_out = N, .row_bytes = rb};
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!lib)
+        return 0;
+    *(void **)&g->begin = dlsym(lib, "cuStreamBeginCapture_v2");
+    *(void **)&g->end = dlsym(lib, "cuStreamEndCapture");
+    *(void **)&g->inst = dlsym(lib, "cuGraphInstantiateWithFlags");
+    *(void **)&g->launch = dlsym(lib, "cuGraphLaunch");
+    *(void **)&g->exec_destroy = dlsym(lib, "cuGraphExecDestroy");
+    *(void **)&g->destroy = dlsym(lib, "cuGraphDestroy");
+    *(void **)&g->launch_ex = dlsym(lib, "cuLaunchKernelEx");
+    return g->begin && g->end && g->inst && g->launch && g->exec_destroy && g->destroy &&
+           g->launch_ex;
+}
+
+#define GR_OK(call)                                                                                \
+    do {                                                                                           \
+        CUresult r_ = (call);                                                                      \
+        ck_assert_msg(r_ == CUDA_SUCCESS, "%s: CUresult %d", #call, (int)r_);                     \
+    } while (0)
+
+/* A real decode shape of a 9B model (n_embd 4096): up to 4 weights merged on one input. */
+typedef struct bench_shape {
+    const char *name;
+    int K, n_w, qt[4], n[4], mode;
+} bench_shape;
+
+static const bench_shape k_shapes[] = {
+    {"gdn_in q4K8192+q4K4096+q6K32x2", 4096, 4,
+     {MEMRA_QT_Q4_K, MEMRA_QT_Q4_K, MEMRA_QT_Q6_K, MEMRA_QT_Q6_K}, {8192, 4096, 32, 32}, 0},
+    {"attn_qkv q4K8192+q4K1024+q6K1024", 4096, 3, {MEMRA_QT_Q4_K, MEMRA_QT_Q4_K, MEMRA_QT_Q6_K},
+     {8192, 1024, 1024}, 0},
+    {"out_proj q4K4096 (add)", 4096, 1, {MEMRA_QT_Q4_K}, {4096}, 1},
+    {"ffn_gate_up q4K12288x2", 4096, 2, {MEMRA_QT_Q4_K, MEMRA_QT_Q4_K}, {12288, 12288}, 0},
+    {"ffn_down q4K K12288 (add)", 12288, 1, {MEMRA_QT_Q4_K}, {4096}, 1},
+    {"ffn_down q6K K12288 (add)", 12288, 1, {MEMRA_QT_Q6_K}, {4096}, 1},
+    {"lm_head q6K248320", 4096, 1, {MEMRA_QT_Q6_K}, {248320}, 0},
+};
+#define N_SHAPES ((int)(sizeof k_shapes / sizeof k_shapes[0]))
+static const int k_bench_B[5] = {1, 2, 4, 8, 16};
+
+static size_t shape_bytes(const bench_shape *sh)
+{
+    size_t n = 0;
+    for (int i = 0; i < sh->n_w; i++)
+        n += memra_quant_row_bytes((memra_qtype)sh->qt[i], sh->K) * (size_t)sh->n[i];
+    return n;
+}
+
+/* The launch args of shape sh at tier B, weights at successive 256-byte aligned offsets from
+ * wbuf + off (wrapping inside cap). */
+static memra_mmvq_args shape_args(const bench_shape *sh, int B, CUdeviceptr wbuf, size_t cap,
+                                  size_t off, CUdeviceptr da, CUdeviceptr dy)
+{
+    memra_mmvq_args a = {.a = dptr(da), .n_in = sh->K, .b = B, .n_w = sh->n_w};
+    size_t yo = 0;
+    for (int i = 0; i < sh->n_w; i++) {
+        const size_t rb = memra_quant_row_bytes((memra_qtype)sh->qt[i], sh->K);
+        const size_t bytes = (rb * sh->n[i] + 255) / 256 * 256;
+        if (off + bytes > cap)
+            off = 0;
+        a.out[i] = (memra_mmvq_out){.w = dptr(wbuf + off), .y = dptr(dy + yo * 4),
+                                    .qtype = sh->qt[i], .n_out = sh->n[i], .row_bytes = rb,
+                                    .mode = sh->mode};
+        off += bytes;
+        yo += (size_t)16 * sh->n[i];
+    }
+    return a;
+}
+
+/* Compiles the bench's specializations in parallel (16 threads) before anything is timed. */
+typedef struct bench_keys {
+    char key[N_SHAPES * 5][MEMRA_KERNEL_KEY_MAX];
+    atomic_int next;
+} bench_keys;
+
+static void *bench_key_worker(void *arg)
+{
+    bench_keys *k = arg;
+    for (int i; (i = atomic_fetch_add(&k->next, 1)) < N_SHAPES * 5;) {
+        memra_cubin c;
+        if (memra_nvrtc_compile(k->key[i], G.sm, &c, NULL) == MEMRA_OK)
+            memra_cubin_free(&c);
+    }
+    return NULL;
+}
+
+static void bench_prewarm(CUdeviceptr da, CUdeviceptr dy)
+{
+    static bench_keys k;
+    for (int si = 0; si < N_SHAPES; si++)
+        for (int bi = 0; bi < 5; bi++) {
+            memra_mmvq_args a = shape_args(&k_shapes[si], k_bench_B[bi], 256, (size_t)1 << 40, 0,
+                                           da, dy);
+            memra_mmvq_launch L;
+            ck_assert_int_eq(memra_mmvq_prepare(&a, G.sm, 0, &L, NULL), MEMRA_OK);
+            snprintf(k.key[si * 5 + bi], MEMRA_KERNEL_KEY_MAX, "%s", L.key);
+        }
+    atomic_store(&k.next, 0);
+    pthread_t th[16];
+    pthread_attr_t at;
+    pthread_attr_init(&at);
+    pthread_attr_setstacksize(&at, (size_t)64 << 20);
+    for (int i = 0; i < 16; i++)
+        ck_assert_int_eq(pthread_create(&th[i], &at, bench_key_worker, &k), 0);
+    for (int i = 0; i < 16; i++)
+        pthread_join(th[i], NULL);
+    pthread_attr_destroy(&at);
+}
+
+/* Median microseconds per launch of shape sh at tier B: R launches back to back in one
+ * captured graph, each PDL-enabled (as the backend launches mmvq), weights rotated so that
+ * no launch finds its weights in L2. */
+static double bench_shape_us(const graph_api *ga, CUstream st, const bench_shape *sh, int B,
+                             CUdeviceptr wbuf, size_t cap, CUdeviceptr da, CUdeviceptr dy,
+                             CUevent e0, CUevent e1)
+{
+    const size_t bytes = shape_bytes(sh) + 256 * sh->n_w;
+    int R = (int)(((size_t)3 << 30) / bytes); /* about 3 GB of weights per replay */
+    R = R < 2 ? 2 : R > 256 ? 256 : R;
+    CUgraph g;
+    CUgraphExec ge;
+    GR_OK(ga->begin(st, CU_STREAM_CAPTURE_MODE_RELAXED));
+    size_t off = 0;
+    for (int r = 0; r < R; r++) {
+        memra_mmvq_args a = shape_args(sh, B, wbuf, cap, off, da, dy);
+        off = (size_t)((const uint8_t *)a.out[sh->n_w - 1].w - (const uint8_t *)dptr(wbuf)) +
+              (memra_quant_row_bytes((memra_qtype)sh->qt[sh->n_w - 1], sh->K) *
+                   sh->n[sh->n_w - 1] + 255) / 256 * 256;
+        memra_mmvq_launch L;
+        memra_err e;
+        memra_err_clear(&e);
+        ck_assert_msg(memra_mmvq_prepare(&a, G.sm, 0, &L, &e) == MEMRA_OK, "%s", e.msg);
+        CUfunction f = kernel(L.key);
+        void *params[] = {&L.params};
+        CUlaunchAttribute attr;
+        memset(&attr, 0, sizeof attr);
+        attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attr.value.programmaticStreamSerializationAllowed = 1;
+        CUlaunchConfig cfg;
+        memset(&cfg, 0, sizeof cfg);
+        cfg.gridDimX = L.grid, cfg.gridDimY = 1, cfg.gridDimZ = 1;
+        cfg.blockDimX = L.threads, cfg.blockDimY = 1, cfg.blockDimZ = 1;
+        cfg.sharedMemBytes = L.smem;
+        cfg.hStream = st;
+        cfg.attrs = &attr;
+        cfg.numAttrs = 1;
+        GR_OK(ga->launch_ex(&cfg, f, params, NULL));
+    }
+    GR_OK(ga->end(st, &g));
+    GR_OK(ga->inst(&ge, g, 0));
     float ms[BENCH_REPS];
-    for (int it = -2; it < BENCH_REPS; it++) {
-        args.out[0].w = dptr(wbuf + (size_t)(it + 2) % nmat * stride);
-        CU_OK(cuEventRecord(e0, G.st));
-        mmvq_run(&args, ksplit, NULL);
-        CU_OK(cuEventRecord(e1, G.st));
+    for (int it = -1; it < BENCH_REPS; it++) {
+        CU_OK(cuEventRecord(e0, st));
+        GR_OK(ga->launch(ge, st));
+        CU_OK(cuEventRecord(e1, st));
         CU_OK(cuEventSynchronize(e1));
         if (it >= 0)
             CU_OK(cuEventElapsedTime(&ms[it], e0, e1));
     }
-    return median(ms, BENCH_REPS);
+    GR_OK(ga->exec_destroy(ge));
+    GR_OK(ga->destroy(g));
+    return 1e3 * median(ms, BENCH_REPS) / R;
 }
 
 /* Random bytes (never time on zeros) over the weight buffer, 64 MB generated once and tiled;
- * q8_1 activations of 16 rows of 14336 values. */
+ * q8_1 activations of 16 rows of 12288 values. */
 static void bench_fill(CUdeviceptr wbuf, size_t cap, CUdeviceptr da)
 {
     const size_t chunk = (size_t)64 << 20;
@@ -749,23 +924,24 @@ static void bench_fill(CUdeviceptr wbuf, size_t cap, CUdeviceptr da)
         h[i] = tu_rng_u64(&rng);
     for (size_t off = 0; off < cap; off += chunk)
         CU_OK(cuMemcpyHtoD(wbuf + off, h, chunk));
-    float *x = malloc((size_t)16 * 14336 * 4);
-    memra_block_q8_1 *a = malloc((size_t)16 * 14336 / 32 * 36);
-    fill_acts(x, 16, 14336, &rng);
+    float *x = malloc((size_t)16 * 12288 * 4);
+    memra_block_q8_1 *a = malloc((size_t)16 * 12288 / 32 * 36);
+    fill_acts(x, 16, 12288, &rng);
     for (int b = 0; b < 16; b++)
-        memra_quantize_q8_1(x + (size_t)b * 14336, a + (size_t)b * 448, 14336);
-    CU_OK(cuMemcpyHtoD(da, a, (size_t)16 * 14336 / 32 * 36));
+        memra_quantize_q8_1(x + (size_t)b * 12288, a + (size_t)b * 384, 12288);
+    CU_OK(cuMemcpyHtoD(da, a, (size_t)16 * 12288 / 32 * 36));
     free(h), free(x), free(a);
 }
 
 /* Device-to-device copy bandwidth, bytes read plus bytes written per second (GB/s). */
-static double bench_copy(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUevent e0, CUevent e1)
+static double bench_copy(CUstream st, CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUevent e0,
+                         CUevent e1)
 {
     float ms[BENCH_REPS];
     for (int it = -2; it < BENCH_REPS; it++) {
-        CU_OK(cuEventRecord(e0, G.st));
-        CU_OK(cuMemcpyDtoDAsync(dst, src, bytes, G.st));
-        CU_OK(cuEventRecord(e1, G.st));
+        CU_OK(cuEventRecord(e0, st));
+        CU_OK(cuMemcpyDtoDAsync(dst, src, bytes, st));
+        CU_OK(cuEventRecord(e1, st));
         CU_OK(cuEventSynchronize(e1));
         if (it >= 0)
             CU_OK(cuEventElapsedTime(&ms[it], e0, e1));
@@ -780,55 +956,65 @@ START_TEST(test_bandwidth)
         printf("SKIP bandwidth: MEMRA_GPU_NO_BENCH\n");
         return;
     }
-    const size_t cap = (size_t)1 << 30;
-    CUdeviceptr wbuf = dalloc(cap), dst = dalloc(cap);
-    CUdeviceptr da = dalloc((size_t)16 * 14336 / 32 * 36), dy = dalloc((size_t)16 * 600000 * 4);
+    graph_api ga;
+    if (!graph_api_get(&ga)) {
+        printf("SKIP bandwidth: no graph / cuLaunchKernelEx entry points\n");
+        return;
+    }
+    const size_t cap = (size_t)2 << 30;
+    CUdeviceptr wbuf = dalloc(cap), dst = dalloc((size_t)1 << 30);
+    CUdeviceptr da = dalloc((size_t)16 * 12288 / 32 * 36);
+    size_t ymax = 0;
+    for (int si = 0; si < N_SHAPES; si++) {
+        size_t n = 0;
+        for (int i = 0; i < k_shapes[si].n_w; i++)
+            n += (size_t)16 * k_shapes[si].n[i];
+        ymax = n > ymax ? n : ymax;
+    }
+    CUdeviceptr dy = dalloc(ymax * 4);
+    CU_OK(cuMemsetD8(dy, 0, ymax * 4));
     bench_fill(wbuf, cap, da);
+    const double t0 = now_s();
+    bench_prewarm(da, dy);
+    printf("bench: specializations ready in %.1f s\n", now_s() - t0);
+    CUstream st;
+    CU_OK(cuStreamCreate(&st, CU_STREAM_NON_BLOCKING));
     CUevent e0, e1;
     CU_OK(cuEventCreate(&e0, CU_EVENT_DEFAULT));
     CU_OK(cuEventCreate(&e1, CU_EVENT_DEFAULT));
-    const double copy_gbs = bench_copy(dst, wbuf, cap, e0, e1);
-    printf("TABLE|bandwidth: device-to-device copy of 1 GiB: %.0f GB/s (read + write)\n",
+    const double copy_gbs = bench_copy(st, dst, wbuf, (size_t)1 << 30, e0, e1);
+    printf("TABLE|bandwidth: device-to-device copy of 1 GiB: %.0f GB/s (read + write); "
+           "mmvq in graphs of back-to-back PDL launches, us per launch and %% of that copy "
+           "rate (weight bytes / time)\n",
            copy_gbs);
-    printf("TABLE|%-7s %6s %7s %3s %9s %8s %7s\n", "qtype", "K", "N", "B", "time_us", "GB/s",
-           "vs_copy");
-    static const int types[] = {MEMRA_QT_Q4_K, MEMRA_QT_Q6_K, MEMRA_QT_Q8_0, MEMRA_QT_Q4_0,
-                                MEMRA_QT_IQ4_XS, MEMRA_QT_NVFP4, MEMRA_QT_F16};
-    static const int Bs[] = {1, 2, 4, 8, 16};
-    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
-        for (size_t bi = 0; bi < sizeof Bs / sizeof Bs[0]; bi++) {
-            const int qt = types[ti], K = 4096;
-            const size_t rb = memra_quant_row_bytes((memra_qtype)qt, K);
-            int N = (int)(((size_t)1000000000 / rb) / 16 * 16);
-            if (N > 600000)
-                N = 600000;
-            if (ti > 0 && Bs[bi] != 1 && Bs[bi] != 16)
-                continue;
-            const float t = bench_mmvq(wbuf, cap, da, dy, qt, K, N, Bs[bi], 0, e0, e1);
-            const double gbs = (double)rb * N / (t * 1e-3) / 1e9;
-            printf("TABLE|%-7s %6d %7d %3d %9.1f %8.0f %6.0f%%\n", memra_qtype_get(qt)->name, K,
-                   N, Bs[bi], t * 1e3, gbs, 100.0 * gbs / copy_gbs);
+    printf("TABLE|%-34s %7s %9s %8s %8s %8s %8s %8s\n", "shape", "MB", "floor_us", "B=1",
+           "B=2", "B=4", "B=8", "B=16");
+    double tot_bytes = 0, tot_us[5] = {0};
+    for (int si = 0; si < N_SHAPES; si++) {
+        const bench_shape *sh = &k_shapes[si];
+        const double mb = (double)shape_bytes(sh) / 1e6;
+        char us_line[128] = "", pct_line[128] = "";
+        int ul = 0, pl = 0;
+        for (int bi = 0; bi < 5; bi++) {
+            const double us = bench_shape_us(&ga, st, sh, k_bench_B[bi], wbuf, cap, da, dy, e0, e1);
+            tot_us[bi] += us;
+            ul += snprintf(us_line + ul, sizeof us_line - ul, " %8.1f", us);
+            pl += snprintf(pct_line + pl, sizeof pct_line - pl, " %7.0f%%",
+                           100.0 * mb * 1e6 / (us * 1e-6) / 1e9 / copy_gbs);
         }
-    /* decode-sized Q4_K matrices (weights rotated through the 1 GiB buffer, so from HBM) */
-    /* ks = 0: the shape's automatic K split; 1, 2, 4 forced, to show what the split buys */
-    static const int shapes[][2] = {{4096, 4096}, {4096, 12288}, {12288, 4096}, {4096, 1024}};
-    printf("TABLE|decode-sized q4_K (ks 0 = auto):\n");
-    printf("TABLE|%6s %6s %3s %3s %9s %8s %7s\n", "K", "N", "B", "ks", "time_us", "GB/s",
-           "vs_copy");
-    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
-        for (int B = 1; B <= 16; B += 15)
-            for (int ks = 0; ks <= 4; ks = ks ? 2 * ks : 1) {
-                if (B == 16 && ks != 0)
-                    continue;
-                const int K = shapes[si][0], N = shapes[si][1];
-                const float t = bench_mmvq(wbuf, cap, da, dy, MEMRA_QT_Q4_K, K, N, B, ks, e0, e1);
-                const double gbs =
-                    (double)memra_quant_row_bytes(MEMRA_QT_Q4_K, K) * N / (t * 1e-3) / 1e9;
-                printf("TABLE|%6d %6d %3d %3d %9.1f %8.0f %6.0f%%\n", K, N, B, ks, t * 1e3, gbs,
-                       100.0 * gbs / copy_gbs);
-            }
+        tot_bytes += mb * 1e6;
+        printf("TABLE|%-34s %7.1f %9.2f%s\n", sh->name, mb, mb * 1e6 / (copy_gbs * 1e9) * 1e6,
+               us_line);
+        printf("TABLE|%-34s %7s %9s%s\n", "", "", "  % copy", pct_line);
+    }
+    printf("TABLE|%-34s %7.1f %9.2f", "sum of one of each", tot_bytes / 1e6,
+           tot_bytes / (copy_gbs * 1e9) * 1e6);
+    for (int bi = 0; bi < 5; bi++)
+        printf(" %8.1f", tot_us[bi]);
+    printf("\n");
     CU_OK(cuEventDestroy(e0));
     CU_OK(cuEventDestroy(e1));
+    CU_OK(cuStreamDestroy(st));
     CU_OK(cuMemFree(wbuf));
     CU_OK(cuMemFree(dst));
     CU_OK(cuMemFree(da));

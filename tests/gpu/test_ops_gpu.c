@@ -6,9 +6,10 @@
  * generic kernels' odd sizes), attention contexts 1, 7, 1000 and 5000 with f16 and q8_0 KV.
  *
  * Checks, per op:
- *   - agreement with the reference: bit-identical (memcmp) where the op claims it (embed;
- *     q8_1 bytes given identical floats; conv-state movement; tokens), else within a
- *     tolerance whose derivation sits next to it; NaN / Inf anywhere fails;
+ *   - agreement with the reference: bit-identical (memcmp) for every output of every op (the
+ *     exactness contract: each op and its reference share the arithmetic and the order,
+ *     kernels/exact_math.h for the transcendentals); NaN / Inf where the reference has a
+ *     number fails;
  *   - outputs are poisoned (0xFF bytes = NaN) before every launch, so an unwritten element
  *     fails;
  *   - isolation: row r of a B-wide launch is memcmp-equal to the same row launched alone at
@@ -17,9 +18,6 @@
  * Binary memra-gpu-ops-tests, run with CK_FORK=no (CUDA does not survive fork). Without a
  * usable GPU every test passes with a "SKIP <test>: <reason>" line on stderr.
  * Timing (MEMRA_GPU_TIMING=1): test_timing prints per-kernel times measured with CUDA events.
- *
- * Tolerance unit: u = 2^-24 (f32 unit roundoff). A q8_1 value d16 * q of x is off by at most
- * 0.57 d (QTOL; derivation in tests/test_ops.c).
  */
 #include <check.h>
 #include <math.h>
@@ -30,100 +28,15 @@
 #include <cuda_runtime_api.h>
 
 #include "cuda_ops.h"
+#include "exact_math.h"
 #include "memra.h"
 #include "quant.h"
+#include "gpu/gpu_ops_util.h"
 #include "test_util.h"
 
-#define U32 (1.0 / 16777216.0) /* 2^-24 */
-#define QTOL 0.57
 
 /* ================================== infrastructure ================================== */
 
-static const char *gpu_skip_reason(void)
-{
-    static int probed;
-    static const char *why;
-    if (probed)
-        return why;
-    probed = 1;
-    int n = 0;
-    cudaError_t e = cudaGetDeviceCount(&n);
-    if (e != cudaSuccess) {
-        why = cudaGetErrorString(e);
-        return why;
-    }
-    if (n == 0) {
-        why = "no CUDA device";
-        return why;
-    }
-    struct cudaDeviceProp p;
-    if (cudaGetDeviceProperties(&p, 0) != cudaSuccess || p.major < 9)
-        why = "the kernels are built for sm_90 (Hopper); device 0 is older";
-    return why;
-}
-
-#define GPU_OR_SKIP()                                                                              \
-    do {                                                                                           \
-        const char *why_ = gpu_skip_reason();                                                      \
-        if (why_) {                                                                                \
-            fprintf(stderr, "SKIP %s: %s\n", __func__, why_);                                      \
-            return;                                                                                \
-        }                                                                                          \
-    } while (0)
-
-#define CK_CUDA(x)                                                                                 \
-    do {                                                                                           \
-        cudaError_t e_ = (x);                                                                      \
-        ck_assert_msg(e_ == cudaSuccess, "%s: %s", #x, cudaGetErrorString(e_));                    \
-    } while (0)
-
-/* Run an entry, then synchronise so that asynchronous kernel faults surface here. */
-#define CK_OP(x)                                                                                   \
-    do {                                                                                           \
-        int rc_ = (x);                                                                             \
-        ck_assert_msg(rc_ == MEMRA_OK, "%s: rc %d (%s)", #x, rc_, memra_cuda_ops_error());         \
-        CK_CUDA(cudaDeviceSynchronize());                                                          \
-    } while (0)
-
-/* Every allocation of a test is tracked and freed by the teardown, so a failing assertion
- * (which leaves the test by longjmp under CK_FORK=no) leaks nothing. */
-#define MAX_ALLOCS 1024
-static void *g_dev[MAX_ALLOCS], *g_host[MAX_ALLOCS];
-static int g_ndev, g_nhost;
-
-static void teardown_allocs(void)
-{
-    for (int i = 0; i < g_ndev; i++)
-        cudaFree(g_dev[i]);
-    for (int i = 0; i < g_nhost; i++)
-        free(g_host[i]);
-    g_ndev = g_nhost = 0;
-}
-
-static void *halloc(size_t n)
-{
-    ck_assert_int_lt(g_nhost, MAX_ALLOCS);
-    void *p = calloc(n ? n : 1, 1);
-    ck_assert_ptr_nonnull(p);
-    g_host[g_nhost++] = p;
-    return p;
-}
-
-static void *dalloc(size_t n)
-{
-    ck_assert_int_lt(g_ndev, MAX_ALLOCS);
-    void *p = NULL;
-    CK_CUDA(cudaMalloc(&p, n ? n : 1));
-    g_dev[g_ndev++] = p;
-    return p;
-}
-
-static void *dup_h2d(const void *h, size_t n)
-{
-    void *d = dalloc(n);
-    CK_CUDA(cudaMemcpy(d, h, n, cudaMemcpyHostToDevice));
-    return d;
-}
 
 static void h2d(void *d, const void *h, size_t n) { CK_CUDA(cudaMemcpy(d, h, n, cudaMemcpyHostToDevice)); }
 static void d2h(void *h, const void *d, size_t n) { CK_CUDA(cudaMemcpy(h, d, n, cudaMemcpyDeviceToHost)); }
@@ -230,20 +143,6 @@ static void check_q8_1_of(const char *what, const void *yq_gpu, const float *y_g
     check_same(what, yq_gpu, want, sizeof *want * (size_t)(n / 32));
 }
 
-/* q8_1 values of yq against want within QTOL * d16 plus extra[i]. */
-static void check_q8_1_close(const char *what, const void *yq, const float *want, const double *extra, int64_t n)
-{
-    const memra_block_q8_1 *y = yq;
-    float *val = halloc(sizeof *val * (size_t)n);
-    double *tol = halloc(sizeof *tol * (size_t)n);
-    for (int64_t i = 0; i < n; i++) {
-        const float d = memra_fp16_to_f32(y[i / 32].d);
-        val[i] = d * (float)y[i / 32].qs[i % 32];
-        tol[i] = QTOL * (double)d * (1.0 + 1.0 / 1024) + (extra ? extra[i] : 0.0);
-    }
-    check_bound(what, val, want, tol, (size_t)n);
-}
-
 static double *tol_rel(size_t n, const float *want, double atol, double rtol)
 {
     double *t = halloc(sizeof *t * n);
@@ -340,6 +239,42 @@ END_TEST
 
 /* ==================================== rms_norm_q8 =================================== */
 
+/* rms_norm_q8, silu_mul_q8, moe_route and sample are bit-identical to their references (the
+ * reduction orders of their headers, kernels/exact_math.h for every exp): memcmp, no
+ * tolerance. On failure: the first differing element, both values as %.9g and as bits. */
+static void xa_identical_f32(const char *what, const float *got, const float *want, size_t n)
+{
+    if (memcmp(got, want, n * sizeof(float)) == 0)
+        return;
+    size_t i = 0;
+    while (memcmp(got + i, want + i, sizeof(float)) == 0)
+        i++;
+    uint32_t x, y;
+    memcpy(&x, got + i, 4);
+    memcpy(&y, want + i, 4);
+    ck_abort_msg("%s: element %zu of %zu differs: gpu %.9g (0x%08x) ref %.9g (0x%08x)", what, i, n, (double)got[i], x,
+                 (double)want[i], y);
+}
+
+/* q8_1 blocks: names the first differing block and its d, s and first differing code. */
+static void xa_identical_q8_1(const char *what, const void *got, const void *want, size_t nblk)
+{
+    if (memcmp(got, want, nblk * sizeof(memra_block_q8_1)) == 0)
+        return;
+    const memra_block_q8_1 *g = got, *w = want;
+    size_t k = 0;
+    while (memcmp(g + k, w + k, sizeof *g) == 0)
+        k++;
+    int j = 0;
+    while (j < 31 && g[k].qs[j] == w[k].qs[j])
+        j++;
+    ck_abort_msg("%s: q8_1 block %zu of %zu differs: d gpu %.9g (0x%04x) ref %.9g (0x%04x); s gpu %.9g (0x%04x) "
+                 "ref %.9g (0x%04x); qs[%d] gpu %d ref %d",
+                 what, k, nblk, (double)memra_fp16_to_f32(g[k].d), (unsigned)g[k].d, (double)memra_fp16_to_f32(w[k].d),
+                 (unsigned)w[k].d, (double)memra_fp16_to_f32(g[k].s), (unsigned)g[k].s,
+                 (double)memra_fp16_to_f32(w[k].s), (unsigned)w[k].s, j, g[k].qs[j], w[k].qs[j]);
+}
+
 /* Launches rms_norm_q8 on device copies of a's inputs; returns the device args. */
 static memra_rms_norm_q8_args rms_gpu(const memra_rms_norm_q8_args *a, int with_f32)
 {
@@ -371,12 +306,9 @@ static void rms_case(int n, int b, tu_rng *r)
     d2h(yq, g.y_q, nq);
     char what[64];
     snprintf(what, sizeof what, "rms_norm_q8 n %d b %d", n, b);
-    /* Only the f64 sum of squares differs in order (same exact terms); after rounding
-     * ss / n to f32 the two agree unless it sits at a rounding boundary, where the mean
-     * moves by 1 ulp, the scale by <= 1 ulp and y by <= 2 ulp more: 4 ulp (4u relative). */
-    check_bound(what, y, a.y_f32, tol_rel(nx, a.y_f32, 0, 4 * U32), nx);
-    check_q8_1_of(what, yq, y, (int64_t)nx);       /* bit-identical quantizer */
-    check_q8_1_close(what, yq, a.y_f32, tol_rel(nx, a.y_f32, 0, 4 * U32), (int64_t)nx);
+    /* the reference sums the squares in the kernel's order (rms_norm_q8.h): identical bits */
+    xa_identical_f32(what, y, a.y_f32, nx);
+    xa_identical_q8_1(what, yq, a.y_q, nx / 32);
     /* isolation: the last row alone, at B = 1, without the f32 copy */
     memra_rms_norm_q8_args one = a;
     one.x = a.x + (size_t)(b - 1) * (size_t)n;
@@ -397,7 +329,8 @@ START_TEST(test_rms_norm_q8)
     GPU_OR_SKIP();
     tu_rng r;
     tu_rng_seed(&r, 0x125u);
-    static const int ns[] = {32, 96, 1024, 4096, 5120, 33 * 32 * 7};
+    /* 1024 threads: n < 1024 leaves threads idle, 1056 / 2080 give some threads 2 / 3 terms */
+    static const int ns[] = {32, 96, 1024, 1056, 2080, 4096, 5120, 33 * 32 * 7};
     static const int bs[] = {1, 3, 16, 7};
     for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++)
         for (size_t j = 0; j < sizeof bs / sizeof bs[0]; j++)
@@ -427,8 +360,9 @@ static void silu_run(const memra_silu_mul_q8_args *a, uint8_t *yq_gpu[2])
     }
 }
 
-/* exact = 1: g in [100, 200), where expf(-g) < 2^-144 so 1 + expf(-g) rounds to 1 on both
- * sides and silu(g) * u = g * u exactly: the q8_1 bytes must then be identical. */
+/* Every case is bit-identical (memra_x_siluf on both sides). exact = 1 (kept as a saturated
+ * case): g in [100, 200), where e^-g < 2^-144, so silu(g) * u = g * u; otherwise g ~ 3 N(0, 1),
+ * plus a few rows' worth of extreme gates (|g| up to 1e4, +-0, subnormals) in slot 0. */
 static void silu_case(int b, int n0, int m0, int n1, int m1, int exact, tu_rng *r)
 {
     memra_silu_mul_q8_args a = {.b = b, .n_slots = n1 ? 2 : 1};
@@ -439,6 +373,12 @@ static void silu_case(int b, int n0, int m0, int n1, int m1, int exact, tu_rng *
         if (exact)
             for (size_t i = 0; i < nv; i++)
                 gv[i] = 100.0f + 100.0f * tu_rng_uniform(r);
+        else if (s == 0) {
+            static const float edge[] = {0.0f, -0.0f, 1e-45f, -1e-45f, 1e-38f, -20.0f, 20.0f, -88.0f, -104.0f,
+                                         -800.0f, 800.0f, -1e4f, 1e4f, 0.5f, -0.5f, 17.3f};
+            for (size_t i = 0; i < nv && i < 256; i++)
+                gv[i] = i < 16 ? edge[i] : gv[i] * (float)(1 + (i % 7) * 10);
+        }
         a.slot[s] = (memra_silu_mul_q8_slot){.g = gv, .u = rand_vec(r, nv, 1.0f),
                                              .y_q = halloc(nv / 32 * sizeof(memra_block_q8_1)), .n = ns[s], .m = ms[s]};
     }
@@ -449,18 +389,7 @@ static void silu_case(int b, int n0, int m0, int n1, int m1, int exact, tu_rng *
         const size_t nv = (size_t)b * (size_t)ms[s] * (size_t)ns[s];
         char what[80];
         snprintf(what, sizeof what, "silu_mul_q8 slot %d b %d m %d n %d%s", s, b, ms[s], ns[s], exact ? " exact" : "");
-        if (exact) {
-            check_same(what, yq[s], a.slot[s].y_q, nv / 32 * sizeof(memra_block_q8_1));
-            continue;
-        }
-        /* want = silu(g) * u in f64; CPU and GPU f32 values differ from it by the expf
-         * error (<= 2 ulp each side) and 3 roundings: 8u relative, on top of QTOL. */
-        float *want = halloc(nv * sizeof(float));
-        for (size_t i = 0; i < nv; i++) {
-            const double gd = a.slot[s].g[i];
-            want[i] = (float)(gd / (1.0 + exp(-gd)) * (double)a.slot[s].u[i]);
-        }
-        check_q8_1_close(what, yq[s], want, tol_rel(nv, want, 0, 8 * U32), (int64_t)nv);
+        xa_identical_q8_1(what, yq[s], a.slot[s].y_q, nv / 32);
     }
 }
 
@@ -532,14 +461,11 @@ static void route_case(int n_expert, int n_used, int b, int ties, tu_rng *r)
     route_gpu(&a, ids, w);
     char what[80];
     snprintf(what, sizeof what, "moe_route E %d k %d b %d%s", n_expert, n_used, b, ties ? " ties" : "");
-    /* The ranking is a total order on (pi, index) and pi = expf(l - mx) * (1/Z) is monotone in
-     * l on both sides (Z only scales it), so the ids agree unless two pi are within the
-     * 2-ulp expf difference of each other; none are for these seeds. */
+    /* Z in the kernel's order and memra_x_expf on both sides (moe_route.h): identical pi,
+     * so identical ids (a total order) and identical weights. */
     for (size_t i = 0; i < nk; i++)
         ck_assert_msg(ids[i] == a.ids[i], "%s: ids[%zu] = %d, want %d", what, i, ids[i], a.ids[i]);
-    /* w = pi_i / sum pi: Z cancels, leaving the expf (2 ulp each side) and the k-term sum
-     * and the division (k + 2 roundings): (8 + k) u relative. */
-    check_bound(what, w, a.weights, tol_rel(nk, a.weights, 0, (8 + n_used) * U32), nk);
+    xa_identical_f32(what, w, a.weights, nk);
     if (b > 1) {
         memra_moe_route_args one = a;
         one.b = 1;
@@ -564,6 +490,9 @@ START_TEST(test_moe_route)
     route_case(10000, 16, 2, 0, &r); /* pi recomputed per pass (no shared-memory cache) */
     route_case(1, 1, 1, 0, &r);
     route_case(32, 7, 4, 1, &r);
+    route_case(300, 64, 3, 0, &r);   /* n_expert > 256 threads: two terms for some threads */
+    route_case(8192, 8, 2, 0, &r);   /* the largest shared-memory cache */
+    route_case(65536, 4, 1, 0, &r);  /* the largest n_expert */
 }
 END_TEST
 
@@ -602,16 +531,16 @@ static void kv_encode(int kv, const float *x, uint8_t *dst, int dh)
     }
 }
 
-static void kv_decode(int kv, const uint8_t *src, float *x, int dh)
+/* Bit-identical f32 arrays (the attention ops' contract: attn_prep.h / attn_decode.h);
+ * names the first differing element with both values. */
+static void attn_same_f32(const char *what, const float *got, const float *want, size_t n)
 {
-    if (kv == MEMRA_QT_F16) {
-        for (int d = 0; d < dh; d++) {
-            uint16_t h;
-            memcpy(&h, src + 2 * d, 2);
-            x[d] = memra_fp16_to_f32(h);
-        }
-    } else {
-        ck_assert_int_eq(memra_dequantize_row(MEMRA_QT_Q8_0, src, x, dh), 0);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t x, y;
+        memcpy(&x, got + i, 4);
+        memcpy(&y, want + i, 4);
+        ck_assert_msg(x == y, "%s: first difference at %zu of %zu: gpu %.9g (0x%08x) cpu %.9g (0x%08x)", what, i, n,
+                      (double)got[i], x, (double)want[i], y);
     }
 }
 
@@ -633,42 +562,6 @@ static memra_attn_prep_args prep_dev(const memra_attn_prep_args *a, const region
     g.q = dalloc(nq * sizeof(float));
     poison(g.q, nq * sizeof(float));
     return g;
-}
-
-/* The K entries the reference wrote agree with the GPU's within one rounding step of the
- * cache type (the f32 k can differ by a few ulp: see q below; f16: <= 1 f16 ulp = 2^-10
- * relative after that; q8_0: the code can move by one step of either block scale); every
- * other byte of the K block is identical. */
-static void check_k_cache(const memra_attn_prep_args *a, const regions *kc, uint8_t *gpu)
-{
-    const int dh = a->head_dim;
-    const uint64_t hb = kv_entry_bytes(a->kv_type, dh);
-    float *x = halloc(sizeof(float) * (size_t)dh), *y = halloc(sizeof(float) * (size_t)dh);
-    double *tol = halloc(sizeof(double) * (size_t)dh);
-    for (int b = 0; b < a->b; b++) {
-        const int p = a->positions[b];
-        if (p < 0 || p >= a->n_ctx)
-            continue;
-        for (int j = 0; j < a->n_head_kv; j++) {
-            const uint64_t off = ((uint64_t)p * (uint64_t)a->n_head_kv + (uint64_t)j) * hb;
-            uint8_t *ge = region_in(kc, gpu, b) + off, *ce = region_h(kc, b) + off;
-            kv_decode(a->kv_type, ge, x, dh);
-            kv_decode(a->kv_type, ce, y, dh);
-            for (int d = 0; d < dh; d++) {
-                double step = 0;
-                if (a->kv_type == MEMRA_QT_Q8_0) {
-                    uint16_t d1, d2;
-                    memcpy(&d1, ge + 34 * (d / 32), 2);
-                    memcpy(&d2, ce + 34 * (d / 32), 2);
-                    step = 1.01 * fmax(memra_fp16_to_f32(d1), memra_fp16_to_f32(d2));
-                }
-                tol[d] = a->kv_type == MEMRA_QT_F16 ? fabs((double)y[d]) / 1024.0 + 1e-7 : step + 1e-7;
-            }
-            check_bound("attn_prep k cache entry", x, y, tol, (size_t)dh);
-            memcpy(ge, ce, hb); /* then the whole block must match */
-        }
-    }
-    check_same("attn_prep k cache (all other bytes)", gpu, kc->h, kc->stride * (size_t)kc->n);
 }
 
 static void prep_case(const attn_shape *sh, int kv, int b, int n_ctx, tu_rng *r)
@@ -706,27 +599,18 @@ static void prep_case(const attn_shape *sh, int kv, int b, int n_ctx, tu_rng *r)
     ck_assert_int_eq(memra_attn_prep_ref(&a), MEMRA_OK);
     float *q = halloc(nq * sizeof(float));
     d2h(q, g.q, nq * sizeof(float));
-    /* q = rope(w * x * scale): the scale can differ by <= 1 ulp (f64 sum order), c and s by
-     * <= 1 ulp each (f64 libm, then rounded), and the rotation mixes the pair, so the error
-     * scales with the head's largest value: 2 + 2 + 3 roundings, 16u of the head max. */
-    double *tol = halloc(nq * sizeof(double));
-    for (size_t h = 0; h < nq / (size_t)dh; h++) {
-        double mx = 0;
-        for (int d = 0; d < dh; d++)
-            mx = fmax(mx, fabs(a.q[h * dh + d]));
-        for (int d = 0; d < dh; d++)
-            tol[h * dh + d] = 16 * U32 * mx;
-    }
+    /* exact: the same norm order, the same exact_math.h angle, the same f32 sequence */
     char what[96];
     snprintf(what, sizeof what, "attn_prep %s kv %d b %d q", sh->name, kv, b);
-    check_bound(what, q, a.q, tol, nq);
+    attn_same_f32(what, q, a.q, nq);
     uint8_t *kb = halloc(kc.stride * (size_t)b), *vb = halloc(vc.stride * (size_t)b);
     regions_download(&vc, vb);
     check_same("attn_prep v cache (raw v: bit-identical)", vb, vc.h, vc.stride * (size_t)b);
     regions_download(&kc, kb);
     uint8_t *kb_gpu = halloc(kc.stride * (size_t)b);
     memcpy(kb_gpu, kb, kc.stride * (size_t)b);
-    check_k_cache(&a, &kc, kb);
+    snprintf(what, sizeof what, "attn_prep %s kv %d b %d k cache (every byte)", sh->name, kv, b);
+    check_same(what, kb, kc.h, kc.stride * (size_t)b);
     /* isolation: the last row alone at B = 1 rewrites the same entry and the same q */
     memra_attn_prep_args a1 = a;
     a1.b = 1;
@@ -843,27 +727,6 @@ static void decode_gpu(const decode_case *c, float *o, uint8_t *yq)
     d2h(yq, g.y_q, nq / 32 * sizeof(memra_block_q8_1));
 }
 
-/* The tolerance of row b's outputs (see the derivation at the call). */
-static void decode_tol(const decode_case *c, const float *want, double *tol)
-{
-    const int dh = c->sh->head_dim, hq = c->sh->n_head;
-    const float scale = 1.0f / sqrtf((float)dh);
-    for (int b = 0; b < c->b; b++) {
-        const int len = c->pos[b] >= 0 && c->pos[b] < c->n_ctx ? c->pos[b] + 1 : 0;
-        for (int i = 0; i < hq; i++) {
-            const float *q = c->q + ((size_t)b * hq + (size_t)i) * (size_t)dh;
-            double qa = 0;
-            for (int d = 0; d < dh; d++)
-                qa += fabs(q[d]);
-            const double smax = scale * qa * c->kmax; /* >= scale * sum |q_c k_c| */
-            for (int d = 0; d < dh; d++) {
-                const size_t e = ((size_t)b * hq + (size_t)i) * (size_t)dh + (size_t)d;
-                tol[e] = 4 * U32 * c->vmax * ((double)len + (double)dh * smax + 16) + 4 * U32 * fabs(want[e]);
-            }
-        }
-    }
-}
-
 static void decode_check(decode_case *c, float **o_out, uint8_t **yq_out)
 {
     const int width = c->sh->n_head * c->sh->head_dim;
@@ -875,16 +738,11 @@ static void decode_check(decode_case *c, float **o_out, uint8_t **yq_out)
     decode_gpu(c, o, yq);
     char what[128];
     snprintf(what, sizeof what, "attn_decode %s kv %d b %d max_split %d", c->sh->name, c->kv, c->b, c->max_split);
-    /* GPU and CPU differ in the order of (1) each score's head_dim-term dot product (error
-     * <= dh u scale sum|q_c k_c| <= dh u smax), which moves a softmax weight by that relative
-     * amount, and (2) the len-term softmax sums (<= len u relative, the weighted sum of v
-     * bounded by vmax); the split merges add a few roundings and expf <= 2 ulp each side:
-     * tol = 4 u vmax (len + dh smax + 16) + 4 u |o| (the gate only shrinks the error). */
-    double *tol = halloc(nq * sizeof(double));
-    decode_tol(c, a.o, tol);
-    check_bound(what, o, a.o, tol, nq);
+    /* exact: the reference emulates the kernel's order (attn_decode.h), same exps, same
+     * gate; then the same q8_1 quantizer */
+    attn_same_f32(what, o, a.o, nq);
+    check_same(what, yq, a.y_q, nq / 32 * sizeof(memra_block_q8_1));
     check_q8_1_of(what, yq, o, (int64_t)nq);
-    check_q8_1_close(what, yq, a.o, tol, (int64_t)nq);
     *o_out = o;
     *yq_out = yq;
 }
@@ -1004,6 +862,8 @@ static const gdn_shape k_gdn_shapes[] = {
     {"dk64-generic", 4, 8, 64, 64, 3, MEMRA_GDN_HEADS_GROUPED},
     {"r16-generic", 1, 16, 128, 128, 4, MEMRA_GDN_HEADS_TILED},   /* 16 heads share a key head */
     {"dv16-generic", 2, 4, 48, 16, 2, MEMRA_GDN_HEADS_TILED},     /* q8_1 blocks straddle heads */
+    {"r8-grouped", 2, 16, 128, 64, 4, MEMRA_GDN_HEADS_GROUPED},   /* clusters of 8 */
+    {"dk160-generic", 1, 2, 160, 32, 4, MEMRA_GDN_HEADS_TILED},   /* lanes 0..7 hold 8 dims */
 };
 
 /* Host side of a gdn_step case: inputs, weights, the two state blocks and their initial
@@ -1090,44 +950,46 @@ static void gdn_gpu(const gdn_case *c, const memra_gdn_step_args *a, const uint6
     d2h(yq, g.y_q, nq);
 }
 
-/* Tolerances. o: each state row's two dk-term dot products (r = S^T k, o = S^T q) are
- * summed in another order (butterfly vs sequential): <= dk u sum|s_i q_i| per o_j, and
- * r's error reaches o through delta; relative to the head's rms (which the gated norm
- * divides out) sum|s_i q_i| / rms(o) is <= ~sqrt(dk) for these random states: a factor 32
- * covers it twice, plus expf / log1pf <= 2 ulp in lambda, beta, silu:
- * tol = 2 dk u 32 |norm_w silu(z)| + 16 u |o|, times the steps taken (errors carried by the
- * state). State: s' = lambda s + k delta, delta off by <= beta dk u sum|s_i k_i| <=
- * dk u sqrt(dk) max|s| (|k| = 1): tol = 2 dk sqrt(dk) u max|s| + 8 u |s'|, times steps. */
-static void gdn_check_o(const gdn_case *c, const memra_gdn_step_args *a, const float *o, const uint8_t *yq,
-                        int steps, const char *what)
+/* Bit-identical f32 (both sides follow gdn_step.h's canonical order: memcmp, no tolerance);
+ * on failure names the first differing element with both values, as %.9g and as bits. */
+static void gdn_identical(const char *what, const char *part, const float *got, const float *want, size_t n)
 {
-    const size_t n = (size_t)c->b * (size_t)c->cv;
-    double *tol = halloc(n * sizeof(double));
-    for (size_t e = 0; e < n; e++) {
-        const double z = a->z[e], sz = z / (1.0 + exp(-z));
-        tol[e] = steps * (2.0 * c->sh->dk * U32 * 32 * fabs(c->norm_w[e % (size_t)c->sh->dv] * sz) +
-                          16 * U32 * fabs(a->o[e]));
-    }
-    check_bound(what, o, a->o, tol, n);
-    check_q8_1_of(what, yq, o, (int64_t)n);
-    check_q8_1_close(what, yq, a->o, tol, (int64_t)n);
+    if (memcmp(got, want, n * sizeof(float)) == 0)
+        return;
+    size_t i = 0;
+    while (memcmp(got + i, want + i, sizeof(float)) == 0)
+        i++;
+    uint32_t x, y;
+    memcpy(&x, got + i, 4);
+    memcpy(&y, want + i, 4);
+    ck_abort_msg("%s %s: element %zu of %zu differs: gpu %.9g (0x%08x) ref %.9g (0x%08x)", what, part, i, n,
+                 (double)got[i], x, (double)want[i], y);
 }
 
-static void gdn_check_state(const gdn_case *c, int steps, const char *what)
+/* o and y_q equal the reference's bytes; y_q is also the quantization of the GPU's own o. */
+static void gdn_check_o(const gdn_case *c, const memra_gdn_step_args *a, const float *o, const uint8_t *yq,
+                        const char *what)
+{
+    const size_t n = (size_t)c->b * (size_t)c->cv;
+    gdn_identical(what, "o", o, a->o, n);
+    check_q8_1_of(what, yq, o, (int64_t)n);
+    check_same(what, yq, a->y_q, n / 32 * sizeof(memra_block_q8_1));
+}
+
+/* Both state blocks (padding included) equal the reference's; the ssm state row by row. */
+static void gdn_check_state(const gdn_case *c, const char *what)
 {
     uint8_t *conv = halloc(c->conv.stride * (size_t)c->b), *ssm = halloc(c->ssm.stride * (size_t)c->b);
     regions_download(&c->conv, conv);
     regions_download(&c->ssm, ssm);
     check_same("gdn_step conv state (data movement: bit-identical)", conv, c->conv.h, c->conv.stride * (size_t)c->b);
-    const size_t n = c->ssm.stride * (size_t)c->b / sizeof(float);
-    const float *want = (const float *)c->ssm.h;
-    double mx = 0;
-    for (size_t e = 0; e < n; e++)
-        mx = fmax(mx, fabs(want[e]));
-    double *tol = halloc(n * sizeof(double));
-    for (size_t e = 0; e < n; e++)
-        tol[e] = steps * (2.0 * c->sh->dk * sqrt((double)c->sh->dk) * U32 * mx + 8 * U32 * fabs(want[e]));
-    check_bound(what, (const float *)ssm, want, tol, n);
+    char part[48];
+    for (int i = 0; i < c->b; i++) {
+        snprintf(part, sizeof part, "ssm state row %d", i);
+        gdn_identical(what, part, (const float *)region_in(&c->ssm, ssm, i), (const float *)region_h(&c->ssm, i),
+                      c->ssm.bytes / sizeof(float));
+    }
+    check_same(what, ssm, c->ssm.h, c->ssm.stride * (size_t)c->b);
 }
 
 static void gdn_case_run(const gdn_shape *sh, int b, int steps, tu_rng *r)
@@ -1144,10 +1006,10 @@ static void gdn_case_run(const gdn_shape *sh, int b, int steps, tu_rng *r)
         gdn_gpu(&c, &a, c.conv.dtab, c.ssm.dtab, o, yq);
         ck_assert_int_eq(memra_gdn_step_ref(&a), MEMRA_OK);
         snprintf(what, sizeof what, "gdn_step %s b %d step %d", sh->name, b, s);
-        gdn_check_o(&c, &a, o, yq, s + 1, what);
+        gdn_check_o(&c, &a, o, yq, what);
     }
     snprintf(what, sizeof what, "gdn_step %s b %d ssm state", sh->name, b);
-    gdn_check_state(&c, steps, what);
+    gdn_check_state(&c, what);
     if (steps != 1)
         return;
     /* isolation and run to run (one step from the initial state) */
@@ -1192,6 +1054,7 @@ START_TEST(test_gdn_step)
     gdn_case_run(&k_gdn_shapes[0], 16, 1, &r);
     gdn_case_run(&k_gdn_shapes[0], 3, 4, &r); /* state and conv window carried over 4 steps */
     gdn_case_run(&k_gdn_shapes[5], 2, 3, &r);
+    gdn_case_run(&k_gdn_shapes[4], 2, 3, &r); /* dk 256 (fast, VEC 2) over 3 steps */
 }
 END_TEST
 
@@ -1239,10 +1102,9 @@ static memra_sample_params sample_params(int i, uint64_t step)
     return p;
 }
 
-/* Token equality with the reference: the rule is exact except for the order of the mass
- * sums (f64 vs exact integers here) and expf's last ulp; a draw can differ only when
- * u * mass lands within ~1e-7 (relative) of a token boundary: ~1e-6 per draw, and these
- * seeds do not. */
+/* Token equality with the reference, always: both compute p with memra_x_expf and every
+ * mass as the same exact 128-bit integers (sample.h), so the thresholds and the draw are the
+ * same numbers (no summation order enters). */
 static void sample_case(int n_vocab, int b, float spread, uint64_t step, tu_rng *r)
 {
     float *l = rand_vec(r, (size_t)b * (size_t)n_vocab, spread);
@@ -1280,6 +1142,8 @@ START_TEST(test_sample)
     sample_case(248320, 4, 3.0f, 5, &r);    /* the qwen35 vocabulary */
     sample_case(248320, 4, 1.0f, 9, &r);
     sample_case(400003, 2, 3.0f, 13, &r);   /* beyond the shared-memory slices: scratch path */
+    sample_case(151936, 16, 2.0f, 21, &r);  /* tier 16, every parameter mix twice */
+    sample_case(3000, 15, 0.05f, 40, &r);   /* nearly flat: top-p cuts deep in long ties */
 }
 END_TEST
 
@@ -1335,6 +1199,91 @@ START_TEST(test_sample_edges)
     ck_assert_int_eq(tok[3], 11);
     for (int i = 0; i < 4; i++)
         ck_assert_int_eq(tok[i], a.out_tokens[i]);
+}
+END_TEST
+
+/* ==================================== exact_math ==================================== */
+
+/* kernels/exact_math.h evaluated on the GPU (memra_exact_math_eval_cuda, nvcc with
+ * --fmad=false) and on the CPU (C, -ffp-contract=off): every function, ~1e6 inputs each
+ * over its whole range plus its special values, compared bit for bit (NaN: position only,
+ * the GPU's canonical NaN differs from x86's). */
+static double xm_cpu(int fn, double x, double y)
+{
+    double sn, cs;
+    switch (fn) {
+    case MEMRA_XM_EXP: return memra_x_exp(x);
+    case MEMRA_XM_LOG: return memra_x_log(x);
+    case MEMRA_XM_LOG1P: return memra_x_log1p(x);
+    case MEMRA_XM_POW: return memra_x_pow(x, y);
+    case MEMRA_XM_SIN: memra_x_sincos(x, &sn, &cs); return sn;
+    case MEMRA_XM_COS: memra_x_sincos(x, &sn, &cs); return cs;
+    case MEMRA_XM_EXPF: return (double)memra_x_expf((float)x);
+    case MEMRA_XM_SIGMOIDF: return (double)memra_x_sigmoidf((float)x);
+    case MEMRA_XM_SILUF: return (double)memra_x_siluf((float)x);
+    default: return (double)memra_x_softplusf((float)x);
+    }
+}
+
+static double xm_u01(tu_rng *r) { return (double)(tu_rng_u64(r) >> 11) * 0x1p-53; }
+
+/* Input i of function fn (y: pow's exponent). */
+static double xm_input(int fn, size_t i, tu_rng *r, double *y)
+{
+    static const double sp[] = {0.0, -0.0, INFINITY, -INFINITY, NAN, 1.0, -1.0, 4.9406564584124654e-324,
+                                2.2250738585072014e-308, 709.782712893384, 709.7827128933839, -745.1332191019411,
+                                -745.1332191019412, -708.3964185322641, 88.72283935546875, -103.97208404541016,
+                                20.0, 1.5707963267948966, 3.141592653589793, 1.6e6};
+    *y = (2 * xm_u01(r) - 1) * 20;
+    if (i < sizeof sp / sizeof sp[0])
+        return sp[i];
+    const double u = xm_u01(r), v = xm_u01(r);
+    switch (fn) {
+    case MEMRA_XM_EXP: return i % 2 ? -746 + 1456 * u : (2 * u - 1) * pow(10.0, -20 * v);
+    case MEMRA_XM_LOG: return i % 2 ? exp(-744.4 + 1454 * u) : 0.5 + 1.5 * u;
+    case MEMRA_XM_LOG1P:
+        return i % 3 == 0 ? -1 + exp(-700 * u) : i % 3 == 1 ? exp(700 * u) : (2 * u - 1) * pow(10.0, -30 * v);
+    case MEMRA_XM_POW: return i % 2 ? exp(-20 + 40 * u) : 1 + 1e7 * u;
+    case MEMRA_XM_SIN:
+    case MEMRA_XM_COS: return (2 * u - 1) * 1.6e6 * pow(10.0, -8 * v);
+    default: return i % 2 ? (double)(float)(-110 + 205 * u) : (double)(tu_rng_normal(r) * 8.0f);
+    }
+}
+
+START_TEST(test_exact_math_gpu)
+{
+    GPU_OR_SKIP();
+    tu_rng r;
+    tu_rng_seed(&r, 0xE3AC8u);
+    const size_t n = (size_t)1 << 20;
+    double *x = halloc(n * sizeof *x), *y = halloc(n * sizeof *y), *want = halloc(n * sizeof *want);
+    double *got = halloc(n * sizeof *got), *dx = dalloc(n * sizeof *dx), *dy = dalloc(n * sizeof *dy);
+    double *dout = dalloc(n * sizeof *dout);
+    static const char *const names[MEMRA_XM_COUNT] = {"exp", "log", "log1p", "pow", "sin", "cos",
+                                                      "expf", "sigmoidf", "siluf", "softplusf"};
+    for (int fn = 0; fn < MEMRA_XM_COUNT; fn++) {
+        for (size_t i = 0; i < n; i++) {
+            x[i] = xm_input(fn, i, &r, &y[i]);
+            if (fn >= MEMRA_XM_EXPF)
+                x[i] = (double)(float)x[i]; /* the float functions take floats */
+            if ((fn == MEMRA_XM_SIN || fn == MEMRA_XM_COS) && !(fabs(x[i]) <= 1.6e6))
+                x[i] = 0.5; /* outside the documented range */
+            want[i] = xm_cpu(fn, x[i], y[i]);
+        }
+        h2d(dx, x, n * sizeof *x);
+        h2d(dy, y, n * sizeof *y);
+        poison(dout, n * sizeof *dout);
+        CK_OP(memra_exact_math_eval_cuda(fn, dx, dy, dout, (int64_t)n));
+        d2h(got, dout, n * sizeof *got);
+        for (size_t i = 0; i < n; i++) {
+            uint64_t g, w;
+            memcpy(&g, &got[i], 8);
+            memcpy(&w, &want[i], 8);
+            ck_assert_msg(g == w || (isnan(got[i]) && isnan(want[i])),
+                          "exact_math %s(%.17g, y %.17g) element %zu: gpu %.17g (0x%016llx) cpu %.17g (0x%016llx)",
+                          names[fn], x[i], y[i], i, got[i], (unsigned long long)g, want[i], (unsigned long long)w);
+        }
+    }
 }
 END_TEST
 
@@ -1552,6 +1501,7 @@ Suite *make_ops_gpu_suite(void)
     ADD_CASE(s, "attn_decode", test_attn_decode, test_attn_decode_splits);
     ADD_CASE(s, "gdn_step", test_gdn_step, test_gdn_rejects);
     ADD_CASE(s, "sample", test_sample, test_sample_draws, test_sample_edges);
+    ADD_CASE(s, "exact_math", test_exact_math_gpu);
     ADD_CASE(s, "timing", test_timing);
     return s;
 }

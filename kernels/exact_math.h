@@ -1,0 +1,212 @@
+/*
+ * exact_math.h — the engine's transcendental functions, defined once and compiled identically
+ * by the C compiler (CPU reference ops, CPU backend, reference model) and by nvcc (CUDA ops),
+ * so that the CPU and the GPU produce the same bits.
+ *
+ * Why: libm (glibc) and CUDA's math library are each accurate to an ulp or two, but not to the
+ * same bits; one differing expf in a norm, a gate or a softmax flips a q8_1 code somewhere and
+ * the two backends' logits part ways (measured on the H200: 1.2e-2 relative at step 0 of the
+ * 0.8b preset). Every function here is a fixed sequence of IEEE-754 double operations (+, -,
+ * *, /, fma, rint, exact bit manipulation), each correctly rounded on both sides, so the
+ * result is a pure function of the input bits. Accuracy: a few double ulp (1e-15 relative)
+ * for the argument ranges the engine uses, so the float wrappers round to the correctly
+ * rounded float except when the exact value lies within ~1e-15 of a float rounding boundary.
+ *
+ * Build contract: C with -ffp-contract=off (CMakeLists.txt), CUDA with --fmad=false
+ * -prec-div=true -prec-sqrt=true (cmake/cudakernels.cmake); every fused multiply-add below is
+ * an explicit fma(). Never call expf/exp/log/sin/cos/pow directly in an op: call these.
+ *
+ * Ranges: memra_x_exp: any double (over/underflow to inf/0 for x > 709.78 / x < -745.13);
+ * memra_x_log: x > 0 (denormals included), x == 0 -> -inf, x < 0 or NaN -> NaN;
+ * memra_x_sincos: |x| < 2^20 * pi/2 (1.6e6; a rope angle is pos * inv_freq <= 2^18); sin(-0)
+ * is +0. Tests: tests/test_ops.c (against libm), tests/gpu/test_ops_gpu.c (GPU == CPU bits).
+ */
+#ifndef MEMRA_KERNEL_EXACT_MATH_H
+#define MEMRA_KERNEL_EXACT_MATH_H
+
+#include <stdint.h>
+
+#ifdef __CUDACC__
+#define MEMRA_XM static __host__ __device__ __forceinline__
+#else
+#include <math.h>
+#define MEMRA_XM static inline
+#endif
+
+MEMRA_XM double memra_x_bits_to_d(uint64_t u)
+{
+    union {
+        uint64_t u;
+        double d;
+    } v;
+    v.u = u;
+    return v.d;
+}
+
+MEMRA_XM uint64_t memra_x_d_to_bits(double d)
+{
+    union {
+        uint64_t u;
+        double d;
+    } v;
+    v.d = d;
+    return v.u;
+}
+
+/* 2^k as a double, k in [-1022, 1023] (exact). */
+MEMRA_XM double memra_x_pow2i(int k)
+{
+    return memra_x_bits_to_d((uint64_t)(k + 1023) << 52);
+}
+
+/* e^x. Cody-Waite reduction x = k ln2 + r (|r| <= 0.35, ln2 in two parts, k ln2_hi exact),
+ * Taylor polynomial of degree 13 in Horner form with fma, then scaling by 2^k in two exact
+ * steps (so results in the subnormal range are rounded once, identically on both sides). */
+MEMRA_XM double memra_x_exp(double x)
+{
+    if (x != x)
+        return x;
+    if (x > 709.782712893384)
+        return 1.0 / 0.0;
+    if (x < -745.1332191019412)
+        return 0.0;
+    const double ln2_hi = 6.93147180369123816490e-01, ln2_lo = 1.90821492927058770002e-10;
+    const double k = rint(x * 1.44269504088896338700e+00);
+    double r = fma(-k, ln2_hi, x);
+    r = fma(-k, ln2_lo, r);
+    double p = 1.0 / 6227020800.0; /* 1/13! */
+    p = fma(p, r, 1.0 / 479001600.0);
+    p = fma(p, r, 1.0 / 39916800.0);
+    p = fma(p, r, 1.0 / 3628800.0);
+    p = fma(p, r, 1.0 / 362880.0);
+    p = fma(p, r, 1.0 / 40320.0);
+    p = fma(p, r, 1.0 / 5040.0);
+    p = fma(p, r, 1.0 / 720.0);
+    p = fma(p, r, 1.0 / 120.0);
+    p = fma(p, r, 1.0 / 24.0);
+    p = fma(p, r, 1.0 / 6.0);
+    p = fma(p, r, 0.5);
+    p = fma(p, r, 1.0);
+    p = fma(p, r, 1.0);
+    const int ki = (int)k;
+    if (ki > 1000)
+        return p * memra_x_pow2i(1000) * memra_x_pow2i(ki - 1000);
+    if (ki < -1000)
+        return p * memra_x_pow2i(-1000) * memra_x_pow2i(ki + 1000);
+    return p * memra_x_pow2i(ki);
+}
+
+/* ln x. x = m 2^e with m in [sqrt(1/2), sqrt(2)); s = (m - 1) / (m + 1);
+ * ln m = 2 atanh s = s (2 + 2/3 s^2 + 2/5 s^4 + ... + 2/23 s^22) (|s| <= 0.1716). */
+MEMRA_XM double memra_x_log(double x)
+{
+    if (x != x || x < 0.0)
+        return 0.0 / 0.0;
+    if (x == 0.0)
+        return -1.0 / 0.0;
+    if (x == 1.0 / 0.0)
+        return x;
+    int e = 0;
+    if (x < 2.2250738585072014e-308) { /* subnormal: scale into the normal range (exact) */
+        x *= 18014398509481984.0;     /* 2^54 */
+        e = -54;
+    }
+    const uint64_t u = memra_x_d_to_bits(x);
+    e += (int)((u >> 52) & 0x7FF) - 1022;
+    double m = memra_x_bits_to_d((u & 0x000FFFFFFFFFFFFFull) | 0x3FE0000000000000ull); /* [0.5, 1) */
+    if (m < 0.70710678118654752440) {
+        m = m * 2.0;
+        e -= 1;
+    }
+    const double s = (m - 1.0) / (m + 1.0), z = s * s;
+    double p = 2.0 / 23.0;
+    p = fma(p, z, 2.0 / 21.0);
+    p = fma(p, z, 2.0 / 19.0);
+    p = fma(p, z, 2.0 / 17.0);
+    p = fma(p, z, 2.0 / 15.0);
+    p = fma(p, z, 2.0 / 13.0);
+    p = fma(p, z, 2.0 / 11.0);
+    p = fma(p, z, 2.0 / 9.0);
+    p = fma(p, z, 2.0 / 7.0);
+    p = fma(p, z, 2.0 / 5.0);
+    p = fma(p, z, 2.0 / 3.0);
+    p = fma(p, z, 2.0);
+    const double ln2_hi = 6.93147180369123816490e-01, ln2_lo = 1.90821492927058770002e-10;
+    const double de = (double)e;
+    return fma(de, ln2_hi, fma(de, ln2_lo, s * p));
+}
+
+/* ln(1 + x) for x > -1, accurate for small x: u = 1 + x; ln u * (x / (u - 1)). */
+MEMRA_XM double memra_x_log1p(double x)
+{
+    const double u = 1.0 + x;
+    if (u == 1.0)
+        return x;
+    if (u == 1.0 / 0.0)
+        return u;
+    return memra_x_log(u) * (x / (u - 1.0));
+}
+
+/* base^e for base > 0: exp(e ln base). */
+MEMRA_XM double memra_x_pow(double base, double e)
+{
+    return memra_x_exp(e * memra_x_log(base));
+}
+
+/* sin x and cos x. k = rint(x 2/pi); r = x - k pi/2 with pi/2 in three 33-bit parts (fdlibm's;
+ * each k * part is exact for |k| < 2^20); Taylor polynomials on |r| <= pi/4 to degree 17 / 18. */
+MEMRA_XM void memra_x_sincos(double x, double *sn, double *cs)
+{
+    const double pio2_1 = 1.57079632673412561417e+00, pio2_2 = 6.07710050630396597660e-11,
+                 pio2_3 = 2.02226624871116645580e-21;
+    const double k = rint(x * 6.36619772367581382433e-01);
+    double r = fma(-k, pio2_1, x);
+    r = fma(-k, pio2_2, r);
+    r = fma(-k, pio2_3, r);
+    const double z = r * r;
+    double ps = 1.0 / 355687428096000.0; /* 1/17! */
+    ps = fma(ps, z, -1.0 / 1307674368000.0);
+    ps = fma(ps, z, 1.0 / 6227020800.0);
+    ps = fma(ps, z, -1.0 / 39916800.0);
+    ps = fma(ps, z, 1.0 / 362880.0);
+    ps = fma(ps, z, -1.0 / 5040.0);
+    ps = fma(ps, z, 1.0 / 120.0);
+    ps = fma(ps, z, -1.0 / 6.0);
+    const double s = fma(ps * z, r, r);
+    double pc = -1.0 / 6402373705728000.0; /* -1/18! */
+    pc = fma(pc, z, 1.0 / 20922789888000.0);
+    pc = fma(pc, z, -1.0 / 87178291200.0);
+    pc = fma(pc, z, 1.0 / 479001600.0);
+    pc = fma(pc, z, -1.0 / 3628800.0);
+    pc = fma(pc, z, 1.0 / 40320.0);
+    pc = fma(pc, z, -1.0 / 720.0);
+    pc = fma(pc, z, 1.0 / 24.0);
+    pc = fma(pc, z, -0.5);
+    const double c = fma(pc, z, 1.0);
+    const int q = (int)((int64_t)k & 3);
+    *sn = q == 0 ? s : q == 1 ? c : q == 2 ? -s : -c;
+    *cs = q == 0 ? c : q == 1 ? -s : q == 2 ? -c : s;
+}
+
+/* ------------------------------- float wrappers ------------------------------------- */
+/* Each: the double function of the exactly widened argument, rounded once to float. */
+
+MEMRA_XM float memra_x_expf(float x) { return (float)memra_x_exp((double)x); }
+
+/* 1 / (1 + e^-x), in double, rounded once. */
+MEMRA_XM float memra_x_sigmoidf(float x) { return (float)(1.0 / (1.0 + memra_x_exp(-(double)x))); }
+
+/* x / (1 + e^-x), in double, rounded once. */
+MEMRA_XM float memra_x_siluf(float x)
+{
+    return (float)((double)x / (1.0 + memra_x_exp(-(double)x)));
+}
+
+/* ln(1 + e^x); x for x > 20 (the float result is x there). */
+MEMRA_XM float memra_x_softplusf(float x)
+{
+    return x > 20.0f ? x : (float)memra_x_log1p(memra_x_exp((double)x));
+}
+
+#undef MEMRA_XM
+#endif

@@ -1,0 +1,67 @@
+/*
+ * gpu_ops_util.c — the shared infrastructure of the GPU op tests (contract: gpu_ops_util.h).
+ */
+#include "gpu_ops_util.h"
+
+#include <stdlib.h>
+
+const char *gpu_skip_reason(void)
+{
+    static int probed;
+    static const char *why;
+    if (probed)
+        return why;
+    probed = 1;
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        why = cudaGetErrorString(e);
+        return why;
+    }
+    if (n == 0) {
+        why = "no CUDA device";
+        return why;
+    }
+    struct cudaDeviceProp p;
+    if (cudaGetDeviceProperties(&p, 0) != cudaSuccess || p.major < 9)
+        why = "the kernels are built for sm_90 (Hopper); device 0 is older";
+    return why;
+}
+
+#define MAX_ALLOCS 1024
+static void *g_dev[MAX_ALLOCS], *g_host[MAX_ALLOCS];
+static int g_ndev, g_nhost;
+
+void teardown_allocs(void)
+{
+    for (int i = 0; i < g_ndev; i++)
+        cudaFree(g_dev[i]);
+    for (int i = 0; i < g_nhost; i++)
+        free(g_host[i]);
+    g_ndev = g_nhost = 0;
+}
+
+void *halloc(size_t n)
+{
+    ck_assert_int_lt(g_nhost, MAX_ALLOCS);
+    void *p = calloc(n ? n : 1, 1);
+    ck_assert_ptr_nonnull(p);
+    g_host[g_nhost++] = p;
+    return p;
+}
+
+void *dalloc(size_t n)
+{
+    ck_assert_int_lt(g_ndev, MAX_ALLOCS);
+    void *p = NULL;
+    CK_CUDA(cudaMalloc(&p, n ? n : 1));
+    g_dev[g_ndev++] = p;
+    return p;
+}
+
+void *dup_h2d(const void *h, size_t n)
+{
+    void *d = dalloc(n);
+    CK_CUDA(cudaMemcpy(d, h, n, cudaMemcpyHostToDevice));
+    return d;
+}
