@@ -213,7 +213,7 @@ typedef struct bench_ctx {
     uint32_t max_tier, tier1;               /* tier1: 1 when the manifest has tier 1 */
     uint32_t n_vocab;
     float *ref, *got; /* [max_tier][n_vocab] logits of the isolation check */
-    double *lat[BENCH_MAX_ENG], *host[BENCH_MAX_ENG]; /* [ticks] per engine */
+    double *lat[BENCH_MAX_ENG], *host[BENCH_MAX_ENG], *launch[BENCH_MAX_ENG]; /* [ticks] */
 } bench_ctx;
 
 static int generate_plans(bench_ctx *c, memra_err *err)
@@ -408,6 +408,7 @@ static void tick_stats(bench_ctx *c, uint32_t k, memra_bench_case *cs)
     cs->min_ms = c->lat[k][0]; /* sorted by the quantile */
     cs->host_us = memra_bench_quantile(c->host[k], n, 0.5);
     cs->host_p99_us = memra_bench_quantile(c->host[k], n, 0.99);
+    cs->launch_us = memra_bench_quantile(c->launch[k], n, 0.5);
 }
 
 /* Warmup + timed ticks of rows 0..b-1 on every engine, interleaved tick by tick (so a
@@ -430,6 +431,7 @@ static int timed_ticks(bench_ctx *c, bench_eng *eng, uint32_t n_eng, uint32_t b,
             if (i >= c->o->warmup) {
                 c->lat[k][i - c->o->warmup] = t.lat_ms;
                 c->host[k][i - c->o->warmup] = t.host_us;
+                c->launch[k][i - c->o->warmup] = t.launch_us;
             }
         }
     for (uint32_t k = 0; k < n_eng; k++)
@@ -663,7 +665,8 @@ static int bench_setup(bench_ctx *c, memra_err *err)
     for (uint32_t k = 0; k < BENCH_MAX_ENG; k++) {
         c->lat[k] = malloc(sizeof(double) * o->ticks);
         c->host[k] = malloc(sizeof(double) * o->ticks);
-        ok = ok && c->lat[k] && c->host[k];
+        c->launch[k] = malloc(sizeof(double) * o->ticks);
+        ok = ok && c->lat[k] && c->host[k] && c->launch[k];
     }
     if (!ok) {
         rc = MEMRA_FAIL(err, MEMRA_ERR_NOMEM, "bench buffers: out of memory");
@@ -717,6 +720,7 @@ fail:
     for (uint32_t k = 0; k < BENCH_MAX_ENG; k++) {
         free(c.lat[k]);
         free(c.host[k]);
+        free(c.launch[k]);
     }
     return rc;
 }

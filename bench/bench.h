@@ -78,6 +78,7 @@ typedef struct memra_bench_case {
     double tok_s;                              /* tier / median */
     double host_us; /* median host time per tick (opts: see memra_bench_report.host_method) */
     double host_p99_us;
+    double launch_us; /* median of host_us's submission part (CUDA: graph launch call) */
     uint64_t weight_bytes;  /* streamed per tick (plan stats) */
     uint64_t kv_bytes;      /* KV read (mean over the timed ticks) + the appended token */
     uint64_t state_bytes;   /* recurrent state read + written back */

@@ -146,6 +146,7 @@ int bench_be_step(bench_be *b, uint32_t n_rows, const uint32_t *sessions, const 
             const memra_cuda_info *in = memra_cuda_backend_info(b->cuda);
             t->lat_ms = in->last_tick_ms;
             t->host_us = in->last_host_us;
+            t->launch_us = in->last_launch_us;
         }
         return rc;
     }

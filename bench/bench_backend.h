@@ -51,6 +51,7 @@ typedef struct bench_be {
 typedef struct bench_tick {
     double lat_ms;  /* tick latency (see the header comment) */
     double host_us; /* host time per tick */
+    double launch_us; /* CUDA: of host_us, the submission (graph launch / eager enqueue); CPU: 0 */
 } bench_tick;
 
 /* Whether this build can run `kind`. */

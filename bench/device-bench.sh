@@ -10,7 +10,7 @@
 #     2. memra-bench --backend cuda on it (plans made in-process), with BENCH_ARGS;
 #     3. pack the NVRTC cubin cache into kcache.tgz (carried back in, later runs skip NVRTC).
 # What comes back in $OUT: bench.txt (header, table, targets), bench.jsonl, bench.svg.gp,
-# bench.err (progress), forge.log, kcache.tgz. The table and the targets print last.
+# bench.err (progress), forge.log, kcache.tgz; with BENCH_ARGS2 a second run's bench2.*. The table and the targets print last.
 # Limits: BUDGET seconds in all (default 340), the forge at most FORGE_LIMIT (default 240).
 set -u
 cd "$(dirname "$0")/.."
@@ -50,9 +50,14 @@ model=/tmp/memra-$preset.gguf
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,clocks.mem \
   --format=csv,noheader | tee "$out/device.txt"
 t0=$(date +%s)
-timeout "${FORGE_LIMIT:-240}" "$carry/bin/memra-forge" --preset "$preset" --seed 1 -o "$model" \
-  >"$out/forge.log" 2>&1
-frc=$?
+if [ -s "$model.done" ]; then # forged already (scripts/device-all.sh forges it in the background)
+  frc=0
+  echo "forge $preset: done earlier ($(cat "$model.done"))" >"$out/forge.log"
+else
+  timeout "${FORGE_LIMIT:-240}" "$carry/bin/memra-forge" --preset "$preset" --seed 1 -o "$model" \
+    >"$out/forge.log" 2>&1
+  frc=$?
+fi
 t1=$(date +%s)
 echo "forge $preset: rc=$frc in $((t1 - t0)) s on $(nproc) CPUs ($(stat -c %s "$model" 2>/dev/null) bytes)" \
   | tee -a "$out/device.txt"
@@ -66,8 +71,20 @@ timeout "$left" "$carry/bin/memra-bench" --backend cuda -m "$model" \
   >"$out/bench.txt" 2>"$out/bench.err"
 brc=$?
 echo "memra-bench: rc=$brc in $(($(date +%s) - t1)) s" | tee -a "$out/device.txt"
+# An optional second run (e.g. --phases on a few cases) into bench2.*, in what time is left.
+if [ -n "${BENCH_ARGS2:-}" ]; then
+  left=$((deadline - $(date +%s) - 10))
+  if [ $left -gt 30 ]; then
+    t2=$(date +%s)
+    # shellcheck disable=SC2086
+    timeout "$left" "$carry/bin/memra-bench" --backend cuda -m "$model" \
+      --json "$out/bench2.jsonl" $BENCH_ARGS2 >"$out/bench2.txt" 2>"$out/bench2.err"
+    echo "memra-bench (2): rc=$? in $(($(date +%s) - t2)) s" | tee -a "$out/device.txt"
+  fi
+fi
 (cd "$XDG_CACHE_HOME" && tar -czf "$out/kcache.tgz" .)
 tail -n 25 "$out/bench.err"
 echo "=== report ==="
 grep -v '^{' "$out/bench.txt"
+[ -f "$out/bench2.txt" ] && { echo "=== report (2) ==="; grep -v '^{' "$out/bench2.txt"; }
 exit $brc

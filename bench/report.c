@@ -122,18 +122,19 @@ static void print_phases(const memra_bench_report *r, FILE *f)
 
 void memra_bench_print_table(const memra_bench_report *r, FILE *f)
 {
-    fprintf(f, "\n%4s %6s %-5s %9s %9s %10s %8s %9s %8s %6s %6s %6s %-7s %7s\n", "B", "depth",
-            "mode", "median_ms", "p99_ms", "tok/s", "host_us", "MB/tick", "GB/s", "%BW", "launch",
-            "nodes", "rows=t1", "graph_x");
+    fprintf(f, "\n%4s %6s %-5s %9s %9s %10s %8s %8s %9s %8s %6s %6s %6s %-7s %7s\n", "B",
+            "depth", "mode", "median_ms", "p99_ms", "tok/s", "host_us", "submit", "MB/tick", "GB/s",
+            "%BW", "launch", "nodes", "rows=t1", "graph_x");
     for (uint32_t i = 0; i < r->n_cases; i++) {
         const memra_bench_case *c = &r->cases[i];
         char iso[32], gx[16] = "-";
         if (c->graph && c->eager_median_ms > 0)
             snprintf(gx, sizeof gx, "%.2f", c->eager_median_ms / c->median_ms);
-        fprintf(f, "%4u %6u %-5s %9.3f %9.3f %10.1f %8.1f %9.1f %8.1f %5.1f%% %6u %6u %-7s %7s\n",
+        fprintf(f,
+                "%4u %6u %-5s %9.3f %9.3f %10.1f %8.1f %8.1f %9.1f %8.1f %5.1f%% %6u %6u %-7s %7s\n",
                 c->tier, c->depth, c->graph ? "graph" : "eager", c->median_ms, c->p99_ms, c->tok_s,
-                c->host_us, c->bytes / 1e6, c->gbs, 100 * c->frac_bw, c->launches, c->graph_nodes,
-                iso_str(c, iso, sizeof iso), gx);
+                c->host_us, c->launch_us, c->bytes / 1e6, c->gbs, 100 * c->frac_bw, c->launches,
+                c->graph_nodes, iso_str(c, iso, sizeof iso), gx);
     }
     if (r->n_phases)
         print_phases(r, f);
@@ -206,6 +207,7 @@ static json_t *case_json(const memra_bench_report *r, const memra_bench_case *c)
     json_object_set_new(j, "tok_s", json_real(c->tok_s));
     json_object_set_new(j, "host_us", json_real(c->host_us));
     json_object_set_new(j, "host_p99_us", json_real(c->host_p99_us));
+    json_object_set_new(j, "host_launch_us", json_real(c->launch_us));
     json_object_set_new(j, "weight_bytes", json_integer((json_int_t)c->weight_bytes));
     json_object_set_new(j, "kv_bytes", json_integer((json_int_t)c->kv_bytes));
     json_object_set_new(j, "state_bytes", json_integer((json_int_t)c->state_bytes));

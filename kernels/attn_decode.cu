@@ -312,11 +312,10 @@ __global__ void __launch_bounds__(kWarps * 32) attn_split_fast(memra_attn_decode
     __shared__ float sm_m[kWarps][HG], sm_l[kWarps][HG], sm_w[kWarps][HG], sm_M[HG];
     const int s = blockIdx.x, j = blockIdx.y, b = blockIdx.z;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, sub = lane / C::LPK, sl = lane % C::LPK;
-    pdl_wait();
+    pdl_wait_release();
     const int len = row_len(a, b);
     const int nsplit = len ? row_nsplit(len, a.max_split) : 0;
     if (s >= nsplit) {
-        pdl_launch_dependents();
         return;
     }
     const int per = split_keys(len, nsplit), t0 = s * per, t1 = min(len, t0 + per);
@@ -392,7 +391,6 @@ __global__ void __launch_bounds__(kWarps * 32) attn_split_fast(memra_attn_decode
         }
         __syncthreads();
     }
-    pdl_launch_dependents();
 }
 
 /* ------------------------------ split kernel (generic) ------------------------------- */
@@ -419,11 +417,10 @@ __global__ void __launch_bounds__(kWarps * 32) attn_split_generic(memra_attn_dec
     __shared__ float sm_m[kWarps], sm_l[kWarps], sm_w[kWarps], sm_M;
     const int s = blockIdx.x, j = blockIdx.y, b = blockIdx.z, dh = a.head_dim;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    pdl_wait();
+    pdl_wait_release();
     const int len = row_len(a, b);
     const int nsplit = len ? row_nsplit(len, a.max_split) : 0;
     if (s >= nsplit) {
-        pdl_launch_dependents();
         return;
     }
     const int per = split_keys(len, nsplit), t0 = s * per, t1 = min(len, t0 + per);
@@ -493,7 +490,6 @@ __global__ void __launch_bounds__(kWarps * 32) attn_split_generic(memra_attn_dec
         }
         __syncthreads();
     }
-    pdl_launch_dependents();
 }
 
 /* ---------------------------------- combine kernel ----------------------------------- */
@@ -504,7 +500,7 @@ __global__ void __launch_bounds__(kCombineWarps * 32) attn_combine(memra_attn_de
 {
     const int b = blockIdx.y, lane = threadIdx.x & 31, dh = a.head_dim;
     const int nblk = a.n_head * dh / 32, blk = blockIdx.x * kCombineWarps + (threadIdx.x >> 5);
-    pdl_wait();
+    pdl_wait_release();
     if (blk < nblk) {
         const int e = 32 * blk + lane, i = e / dh, d = e % dh;
         const int len = row_len(a, b);
@@ -551,7 +547,6 @@ __global__ void __launch_bounds__(kCombineWarps * 32) attn_combine(memra_attn_de
         if (a.o)
             a.o[(size_t)b * (size_t)(a.n_head * dh) + (size_t)e] = out;
     }
-    pdl_launch_dependents();
 }
 
 /* ------------------------------------- launch ---------------------------------------- */

@@ -77,7 +77,7 @@ __global__ void __launch_bounds__(kThreads) attn_prep_kernel(memra_attn_prep_arg
     __shared__ double red[33];
     __shared__ float y[MEMRA_ATTN_MAX_HEAD_DIM];
     const int slot = blockIdx.x, b = blockIdx.y, dh = a.head_dim;
-    pdl_wait();
+    pdl_wait_release();
     const int p = a.positions[b];
     if (slot < a.n_head) {
         const float *src = a.qg + (size_t)b * (size_t)(2 * a.n_head * dh) + (size_t)(2 * slot * dh);
@@ -94,7 +94,6 @@ __global__ void __launch_bounds__(kThreads) attn_prep_kernel(memra_attn_prep_arg
         kv_store(a.kv_type, dh, y, (u8 *)(uintptr_t)a.k_cache[b] + entry);
         kv_store(a.kv_type, dh, a.v + off, (u8 *)(uintptr_t)a.v_cache[b] + entry);
     }
-    pdl_launch_dependents();
 }
 
 } /* namespace */

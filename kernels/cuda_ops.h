@@ -15,9 +15,11 @@
  * row b's inputs, with a per-row reduction order fixed by the op's shape arguments and never
  * by b or by other rows; no float atomics; every q8_1 output is produced by the shared warp
  * quantizer of nvrtc_templates/quantize_q8_1.cuh, so its bytes equal memra_quantize_q8_1 of
- * the same floats. Every kernel starts with griddepcontrol.wait and is launched with
- * programmatic stream serialisation (PDL), so it may be scheduled while its predecessor
- * drains but reads nothing before that predecessor has finished.
+ * the same floats. Every kernel starts with griddepcontrol.wait followed at once by
+ * griddepcontrol.launch_dependents (pdl_wait_release, nvrtc_templates/common.cuh) and is
+ * launched with programmatic stream serialisation (PDL): it may be scheduled while its
+ * predecessor runs, reads nothing the predecessor writes before that one has finished, and
+ * lets its own successor (an mmvq streaming weights) start as early as possible.
  *
  * Device pointers and pointer-table bases must be 16-byte aligned (cudaMalloc and the slot
  * pool give 256). A misaligned KV-cache row base makes attn_decode produce a zero row for

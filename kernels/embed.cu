@@ -124,7 +124,7 @@ struct embed_geom {
 __global__ void __launch_bounds__(256) embed_kernel(memra_embed_args a, embed_geom g)
 {
     const int b = blockIdx.y, e = blockIdx.x * blockDim.x + threadIdx.x;
-    pdl_wait();
+    pdl_wait_release();
     if (e < a.n_embd) {
         const int t = a.tokens[b];
         float v = 0.0f;
@@ -134,7 +134,6 @@ __global__ void __launch_bounds__(256) embed_kernel(memra_embed_args a, embed_ge
         }
         a.x[(size_t)b * (size_t)a.n_embd + (size_t)e] = v;
     }
-    pdl_launch_dependents();
 }
 
 /* Block geometry of the dequantizable types (runtime/qtype.c); false for the others. */

@@ -174,7 +174,7 @@ __global__ void __launch_bounds__(kFastWarps * 32) gdn_step_fast(memra_gdn_step_
     const int ka = blockIdx.x / g.r, mi = blockIdx.x % g.r, b = blockIdx.y, dv = a.head_v_dim;
     const int h = a.head_map == MEMRA_GDN_HEADS_TILED ? ka + mi * a.n_k_head : ka * g.r + mi;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    pdl_wait();
+    pdl_wait_release();
     /* conv + silu of q_a, k_a, v_h from the old state; v_h's channels are this CTA's only */
     for (int ci = threadIdx.x; ci < 2 * DK + dv; ci += blockDim.x) {
         if (ci < DK) {
@@ -234,7 +234,6 @@ __global__ void __launch_bounds__(kFastWarps * 32) gdn_step_fast(memra_gdn_step_
         if (a.o)
             a.o[(size_t)b * (size_t)g.cv + (size_t)(h * dv + j)] = y;
     }
-    pdl_launch_dependents();
 }
 
 /* ---------------------------------- generic kernel ----------------------------------- */
@@ -310,7 +309,7 @@ __global__ void __launch_bounds__(kGenericThreads) gdn_step_generic(memra_gdn_st
     extern __shared__ float sh[]; /* [Cv] output row, then [2 dk + dv] conv outputs */
     const int b = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     float *orow = sh, *u = sh + g.cv;
-    pdl_wait();
+    pdl_wait_release();
     for (int h = 0; h < a.n_v_head; h++)
         generic_head(a, g, b, h, u, orow + (size_t)h * (size_t)a.head_v_dim);
     for (int k = warp; k < g.cv / 32; k += kGenericThreads / 32) {
@@ -321,7 +320,6 @@ __global__ void __launch_bounds__(kGenericThreads) gdn_step_generic(memra_gdn_st
     }
     for (int c = threadIdx.x; c < g.cc; c += kGenericThreads) /* every head has read the old state */
         conv_shift(a, g, b, c);
-    pdl_launch_dependents();
 }
 
 } /* namespace */

@@ -25,7 +25,7 @@ __global__ void __launch_bounds__(kWarps * 32) mmvq_moe_kernel(memra_mmvq_moe_ar
     const int per = tiles0 + tiles1;
     const long long item = (long long)blockIdx.x * kWarps + (threadIdx.x >> 5);
     const long long total = (long long)a.b * a.n_used * per;
-    pdl_wait();
+    pdl_wait_release();
     if (item < total) {
         const long long br = item / per; /* b * n_used + r */
         int tile = (int)(item - br * per);
@@ -63,7 +63,6 @@ __global__ void __launch_bounds__(kWarps * 32) mmvq_moe_kernel(memra_mmvq_moe_ar
             }
         }
     }
-    pdl_launch_dependents();
 }
 
 } /* namespace */

@@ -30,7 +30,7 @@ __global__ void __launch_bounds__(kWarps * 32) moe_down_kernel(memra_moe_down_ar
     const int row0 = tile * MEMRA_MMVQ_ROWS, g = lane >> 2;
     const int n_items = a.n_used + (a.sh_a ? 1 : 0);
     const int *ids = a.ids + (long long)b * a.n_used;
-    pdl_wait();
+    pdl_wait_release();
     for (int it = warp; it < n_items; it += kWarps) {
         const u8 *base, *act;
         const float *scale;
@@ -81,7 +81,6 @@ __global__ void __launch_bounds__(kWarps * 32) moe_down_kernel(memra_moe_down_ar
         float *x = a.x + (long long)b * a.n + o;
         *x = __fadd_rn(*x, f);
     }
-    pdl_launch_dependents();
 }
 
 } /* namespace */

@@ -81,7 +81,7 @@ __global__ void __launch_bounds__(kThreads) moe_route_kernel(memra_moe_route_arg
     const float *l = a.logits + (size_t)b * (size_t)E; /* [n_expert] */
     for (int w = threadIdx.x; w < (E + 31) / 32; w += kThreads)
         taken[w] = 0;
-    pdl_wait();
+    pdl_wait_release();
     float mx = -INFINITY;
     for (int e = threadIdx.x; e < E; e += kThreads)
         mx = fmaxf(mx, l[e]);
@@ -125,7 +125,6 @@ __global__ void __launch_bounds__(kThreads) moe_route_kernel(memra_moe_route_arg
             a.weights[(size_t)b * (size_t)a.n_used + (size_t)k] = wts[k] / denom;
         }
     }
-    pdl_launch_dependents();
 }
 
 } /* namespace */

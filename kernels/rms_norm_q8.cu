@@ -24,7 +24,7 @@ __global__ void __launch_bounds__(kThreads) rms_norm_q8_kernel(memra_rms_norm_q8
     __shared__ double red[33];
     const int b = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const float *x = a.x + (size_t)b * (size_t)a.n; /* [n] */
-    pdl_wait();
+    pdl_wait_release();
     double ss = 0.0;
     for (int j = threadIdx.x; j < a.n; j += kThreads)
         ss += (double)x[j] * (double)x[j];
@@ -40,7 +40,6 @@ __global__ void __launch_bounds__(kThreads) rms_norm_q8_kernel(memra_rms_norm_q8
         if (a.y_f32)
             a.y_f32[(size_t)b * (size_t)a.n + (size_t)j] = y;
     }
-    pdl_launch_dependents();
 }
 
 } /* namespace */

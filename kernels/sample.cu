@@ -461,7 +461,7 @@ __global__ void __launch_bounds__(kThreads, 1) sample_kernel(memra_sample_args a
     const float *lg = a.logits + (size_t)row * (size_t)V + (size_t)lo;
     float *P = g.fits ? dyn : a.scratch + (size_t)row * (size_t)V + (size_t)lo;
     const float *L = g.fits ? dyn : lg;
-    pdl_wait();
+    pdl_wait_release();
     const memra_sample_params prm = a.params[row];
     float lmax;
     int best, nok;
@@ -471,7 +471,6 @@ __global__ void __launch_bounds__(kThreads, 1) sample_kernel(memra_sample_args a
         if (c == 0 && threadIdx.x == 0)
             a.out_tokens[row] = best < 0 ? 0 : best;
         cl.sync(); /* no CTA leaves while another may read its shared memory */
-        pdl_launch_dependents();
         return;
     }
     const u32 kmin = prm.top_k > 0 && prm.top_k < nok ? topk_threshold(L, n, prm.top_k, sm, cl) : 0u;
@@ -524,7 +523,6 @@ __global__ void __launch_bounds__(kThreads, 1) sample_kernel(memra_sample_args a
     if (before <= target && target < before + mine) /* exactly one CTA: target < total */
         draw_in_slice(P, n, lo, pmin, before, target, a.out_tokens + row, sm);
     cl.sync();
-    pdl_launch_dependents();
 }
 
 } /* namespace */

@@ -27,7 +27,7 @@ __global__ void __launch_bounds__(kWarps * 32) silu_mul_q8_kernel(memra_silu_mul
 {
     const int lane = threadIdx.x & 31;
     const long long k = (long long)blockIdx.x * kWarps + (threadIdx.x >> 5);
-    pdl_wait();
+    pdl_wait_release();
     if (k < g.nblk) {
         const int si = k < g.nblk0 ? 0 : 1;
         const memra_silu_mul_q8_slot &sl = a.slot[si];
@@ -37,7 +37,6 @@ __global__ void __launch_bounds__(kWarps * 32) silu_mul_q8_kernel(memra_silu_mul
         q8_1_quantize_warp(__fmul_rn(memra_x_siluf(gv), uv), lane,
                            (u8 *)sl.y_q + (size_t)kb * Q8_1_BYTES);
     }
-    pdl_launch_dependents();
 }
 
 /* out[i] = f(x[i]) for the exact_math.h function fn (memra_exact_math_eval_cuda). */

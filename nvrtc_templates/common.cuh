@@ -211,4 +211,17 @@ template <int N> MEMRA_DEV void cp_async_wait()
 MEMRA_DEV void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 MEMRA_DEV void pdl_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;"); }
 
+/* The engine's PDL policy: every kernel releases its dependent AS SOON AS its own wait
+ * returns. Correctness never depends on where the release sits: the dependent's
+ * griddepcontrol.wait still waits for this whole grid to finish and flush its memory. What
+ * the early release buys: the dependent is scheduled once every CTA of this grid has passed
+ * its wait (so it never takes a slot an unscheduled CTA of this grid needs), and an mmvq
+ * dependent streams its first weight stages (which depend on nothing) while a small kernel
+ * (a norm, a gate, an attention or GDN step that leaves most SMs idle at small B) runs. */
+MEMRA_DEV void pdl_wait_release()
+{
+    pdl_wait();
+    pdl_launch_dependents();
+}
+
 #endif

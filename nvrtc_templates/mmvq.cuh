@@ -803,7 +803,7 @@ MEMRA_DEV void tile_run(const memra_mmvq_params &p, const memra_mmvq_out_params 
         }
         cp_async_commit();
     }
-    pdl_wait(); /* the weights above do not depend on the previous kernel; a and y do */
+    pdl_wait_release(); /* the weights above do not depend on the previous kernel; a, y do */
     for (i64 i = 0; i < mine; i++) {
         const i64 ipre = i + STAGES - 1;
         if (ipre < mine) {
@@ -902,8 +902,7 @@ MEMRA_DEV void mmvq_main(const memra_mmvq_params &p)
     if (QT3 >= 0 && wi == 3)
         tile_run<(QT3 >= 0 ? QT3 : QT0), B, SLOT, STAGES>(p, p.out[3], tile, part, wsm, lane, T);
     if (wi < 0)
-        pdl_wait();
-    pdl_launch_dependents();
+        pdl_wait_release();
     if (ks > 1)
         parts_combine<NT>(T, smem, warp, part, ks, lane);
     if (part == 0 && wi >= 0)

@@ -56,14 +56,13 @@ template <int WARPS> MEMRA_DEV void quantize_q8_1_run(const float *x, u8 *y, int
 {
     const int lane = threadIdx.x & 31;
     const i64 nblk = (n + 31) / 32, total = nblk * b;
-    pdl_wait();
+    pdl_wait_release();
     for (i64 i = (i64)blockIdx.x * WARPS + (threadIdx.x >> 5); i < total;
          i += (i64)gridDim.x * WARPS) {
         const i64 row = i / nblk, col = (i % nblk) * 32 + lane;
         const float v = col < n ? x[row * n + col] : 0.0f;
         q8_1_quantize_warp(v, lane, y + i * Q8_1_BYTES);
     }
-    pdl_launch_dependents();
 }
 
 #endif

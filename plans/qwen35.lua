@@ -19,9 +19,11 @@
 -- launches, not three, so the real counts are 8 and 9.)
 --
 -- Plan decisions:
---   * attn_decode max_split = 32: the kernel picks a row's split count (<= 32) from that
---     row's own length; 32 splits x n_head heads fill the H200's 132 SMs at B = 1 for any
---     Qwen3.5 head count >= 8, and the scratch stays small ([b, n_head, 32, dh + 2] f32).
+--   * attn_decode max_split = 128: the kernel picks a row's split count (<= 128, one per 64
+--     keys) from that row's own length; a split CTA's warps walk at most len/128 keys, so a
+--     deep row at B = 1 still has 128 x n_head_kv CTAs (512 for the 9B: ~16 warps per SM of
+--     an H200) and a short one finishes in a few key steps. Scratch [b, n_head, 128, dh + 2]
+--     f32 (34 MB at B = 16 for the 9B), reused across layers by the arena.
 --   * The residual stream x [b, n_embd] f32 lives the whole tick; the o-proj, ssm_out,
 --     ffn_down and moe_down launches add into it in their epilogues.
 --   * KV cache dtype from --kv (f16 default, q8_0); recurrent state f32.
@@ -30,7 +32,7 @@ local dsl = import("dsl")
 
 local M = {}
 
-local MAX_SPLIT = 32
+local MAX_SPLIT = 128 -- = MEMRA_REF_ATTN_MAX_SPLIT (runtime/refmodel.h; tested)
 
 -- =================================== hyperparameters ===================================
 

@@ -1494,6 +1494,7 @@ static int run_tick(memra_cuda_backend *be, uint32_t t, memra_err *err)
 {
     int rc = MEMRA_OK;
     const int eager = !be->opts.graphs || be->fault.kind != MEMRA_CUDA_FAULT_NONE;
+    const double t_submit = now_ms();
     MEMRA_RT_TRY(err, cudaEventRecord(be->ev_start, be->stream));
     if (eager)
         MEMRA_TRY(enqueue_tier(be, t, be->stream, 1, err));
@@ -1501,6 +1502,7 @@ static int run_tick(memra_cuda_backend *be, uint32_t t, memra_err *err)
         MEMRA_TRY(memra_graph_launch(&be->graphs[t], be->stream, err));
     MEMRA_RT_TRY(err, cudaEventRecord(be->ev_done, be->stream));
     be->wait_ms[0] = now_ms();
+    be->info.last_launch_us = (float)((be->wait_ms[0] - t_submit) * 1e3);
     const cudaError_t e = cudaEventSynchronize(be->ev_done);
     be->wait_ms[1] = now_ms();
     if (e != cudaSuccess)

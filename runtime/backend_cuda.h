@@ -156,6 +156,8 @@ typedef struct memra_cuda_info {
     float last_tick_ms;                /* device time of the last successful step (CUDA events) */
     float last_host_us;                /* host wall time of that step outside the wait for the
                                         * device: checks + tick block + launch, then readout */
+    float last_launch_us;              /* of last_host_us: the submission alone (the two event
+                                        * records and the graph launch / eager enqueue) */
     int graphs, pdl;                   /* the effective options */
     double op_ms[MEMRA_OP_COUNT];      /* opts.profile: device ms per op, summed over ticks */
     uint64_t op_calls[MEMRA_OP_COUNT]; /* opts.profile: launches per op, summed over ticks */

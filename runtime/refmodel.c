@@ -32,8 +32,6 @@
 #include "quant.h"
 #include "ref/ref_common.h"
 
-/* attn_decode's split bound in the plans (plans/qwen35.lua MAX_SPLIT): part of the order. */
-#define MEMRA_REF_ATTN_MAX_SPLIT 32
 
 /* ======================================================================================== */
 /* Ops                                                                                      */

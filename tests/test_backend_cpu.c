@@ -230,6 +230,32 @@ END_TEST
 START_TEST(test_moe_matches_refmodel) { agree_with_refmodel(&g_moe, 40); }
 END_TEST
 
+/* The reference model's attention split bound is the planner's (else the two agree only
+ * while every context fits in fewer splits, and part ways on long ones). */
+START_TEST(test_plan_max_split_is_refmodels)
+{
+    model_fix *f = &g_tiny;
+    ck_assert_msg(f->ok, "fixture failed");
+    memra_err err;
+    memra_err_clear(&err);
+    memra_gguf *g = NULL;
+    ck_assert_msg(memra_gguf_open(f->path, &g, &err) == MEMRA_OK, "%s", err.msg);
+    memra_plan *p = NULL;
+    ck_assert_msg(memra_plan_load(f->plans1, 1, 0, g, &p, &err) == MEMRA_OK, "%s", err.msg);
+    int seen = 0;
+    for (uint32_t i = 0; i < p->n_launches; i++) {
+        const memra_plan_launch *l = &p->launches[i];
+        if (l->op != MEMRA_OP_ATTN_DECODE)
+            continue;
+        seen++;
+        ck_assert_int_eq(l->args[MEMRA_ATTN_DECODE_MAX_SPLIT].i, MEMRA_REF_ATTN_MAX_SPLIT);
+    }
+    memra_plan_free(p);
+    memra_gguf_close(g);
+    ck_assert_int_gt(seen, 0);
+}
+END_TEST
+
 /* ================================== isolation gate ================================== */
 
 #define N_SEQ 16
@@ -613,6 +639,7 @@ Suite *make_backend_cpu_suite(void)
     tcase_set_timeout(dense, 300);
     tcase_add_unchecked_fixture(dense, dense_setup, dense_teardown);
     tcase_add_test(dense, test_dense_matches_refmodel);
+    tcase_add_test(dense, test_plan_max_split_is_refmodels);
     tcase_add_test(dense, test_isolation_gate);
     tcase_add_test(dense, test_stage_gate);
     tcase_add_test(dense, test_kv_q8_0);

@@ -167,7 +167,7 @@ static void check_case(json_t *j, double copy_gbs, uint32_t ticks, uint32_t warm
     static const char *const keys[] = {
         "tier",  "depth",   "ticks",       "median_ms",    "p99_ms",      "min_ms",      "mean_ms",
         "tok_s", "host_us", "host_p99_us", "weight_bytes", "kv_bytes",    "state_bytes", "bytes",
-        "gbs",   "frac_bw", "launches",    "graph_nodes",  "rows_differ", NULL};
+        "gbs",   "frac_bw", "launches",    "graph_nodes",  "rows_differ", "host_launch_us", NULL};
     for (int i = 0; keys[i]; i++)
         num(j, keys[i]);
     const memra_forge_shape *s = memra_forge_preset("tiny");
@@ -176,6 +176,7 @@ static void check_case(json_t *j, double copy_gbs, uint32_t ticks, uint32_t warm
     ck_assert_str_eq(json_string_value(json_object_get(j, "mode")), "eager");
     ck_assert(med > 0 && num(j, "p99_ms") >= med && num(j, "min_ms") <= med);
     ck_assert(num(j, "host_us") > 0 && num(j, "launches") > 0 && num(j, "graph_nodes") == 0);
+    ck_assert(num(j, "host_launch_us") == 0); /* the CPU backend submits nothing */
     /* 1e-6: the same double expressions on both sides, but JSON carries 9 significant
      * digits (a relative error up to 5e-9 per printed number) */
     ck_assert(fabs(num(j, "tok_s") - b / (med * 1e-3)) <= 1e-6 * num(j, "tok_s"));
