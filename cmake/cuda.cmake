@@ -2,7 +2,8 @@
 #   ops: the device-agnostic args structs of every op (kernels/<op>.h) and their CPU
 #        references (kernels/ref/<op>.c, the oracle; library memra_ops).
 #   cpu: the CPU backend (runtime/backend_cpu.c) with the pieces it shares with the CUDA
-#        backend: the slot pool (runtime/slots.c) and the tick block (runtime/tick.c).
+#        backend: the slot pool (runtime/slots.c), the tick block (runtime/tick.c) and
+#        launch binding (runtime/bind.c).
 # The CUDA kernels and backend join this file later.
 memra_area(ops SOURCES kernels/ref/ref_common.c kernels/ref/embed.c kernels/ref/rms_norm_q8.c
            kernels/ref/mmvq.c kernels/ref/attn_prep.c kernels/ref/attn_decode.c
@@ -10,7 +11,7 @@ memra_area(ops SOURCES kernels/ref/ref_common.c kernels/ref/embed.c kernels/ref/
            kernels/ref/mmvq_moe.c kernels/ref/moe_down.c kernels/ref/sample.c
            DEPS memra_quant memra_base
            TESTS tests/test_ops.c)
-memra_area(cpu SOURCES runtime/slots.c runtime/tick.c runtime/backend_cpu.c
+memra_area(cpu SOURCES runtime/slots.c runtime/tick.c runtime/bind.c runtime/backend_cpu.c
            DEPS memra_ops memra_plan memra_quant memra_base
            TESTS tests/test_backend_cpu.c
            TEST_DEPS memra_planhost memra_forge memra_refmodel)

@@ -15,288 +15,41 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "attn_decode.h"
-#include "attn_prep.h"
-#include "embed.h"
-#include "gdn_step.h"
-#include "mmvq.h"
-#include "mmvq_moe.h"
-#include "moe_down.h"
-#include "moe_route.h"
+#include "bind.h"
 #include "quant.h"
-#include "rms_norm_q8.h"
-#include "silu_mul_q8.h"
 #include "slots.h"
 #include "synth_fill.h"
 #include "tick.h"
 
 /* ====================================== op table ====================================== */
+/* Binding is runtime/bind.c's (this backend: host arena, the mmap'd GGUF, the host tick
+ * block); what is the CPU's own is running bound args with the references. */
 
-typedef union op_args {
-    memra_embed_args embed;
-    memra_rms_norm_q8_args rms_norm_q8;
-    memra_mmvq_args mmvq;
-    memra_attn_prep_args attn_prep;
-    memra_attn_decode_args attn_decode;
-    memra_gdn_step_args gdn_step;
-    memra_silu_mul_q8_args silu_mul_q8;
-    memra_moe_route_args moe_route;
-    memra_mmvq_moe_args mmvq_moe;
-    memra_moe_down_args moe_down;
-    memra_sample_args sample;
-} op_args;
+#define OP_RUN(op)                                                                                 \
+    static int run_##op(const memra_op_args *a) { return memra_##op##_ref(&a->op); }
+OP_RUN(embed)
+OP_RUN(rms_norm_q8)
+OP_RUN(mmvq)
+OP_RUN(attn_prep)
+OP_RUN(attn_decode)
+OP_RUN(gdn_step)
+OP_RUN(silu_mul_q8)
+OP_RUN(moe_route)
+OP_RUN(mmvq_moe)
+OP_RUN(moe_down)
+OP_RUN(sample)
+#undef OP_RUN
 
-/* What binding needs: the plan, its stage's arena, its tick block, the context length. */
-typedef struct bind_ctx {
-    const memra_plan *p;
-    uint8_t *arena;
-    const memra_tick *tick;
-    uint32_t n_ctx;
-} bind_ctx;
+typedef int (*run_fn)(const memra_op_args *a);
 
-typedef void (*bind_fn)(const bind_ctx *c, const memra_plan_arg *a, op_args *out);
-
-typedef struct op_impl {
-    bind_fn bind;
-    const char *(*check)(const op_args *a);
-    int (*run)(const op_args *a);
-} op_impl;
-
-/* --- arg accessors (the validator guarantees kinds; absent optional args give NULL) --- */
-
-static void *buf(const bind_ctx *c, const memra_plan_arg *a)
-{
-    return a->kind == MEMRA_ARG_BUF ? c->arena + a->offset : NULL;
-}
-
-static const memra_gguf_tensor *wt(const bind_ctx *c, const memra_plan_arg *a)
-{
-    return a->kind == MEMRA_ARG_WEIGHT ? c->p->weights[a->index].tensor : NULL;
-}
-
-static const void *wdata(const bind_ctx *c, const memra_plan_arg *a)
-{
-    const memra_gguf_tensor *t = wt(c, a);
-    return t ? t->data : NULL;
-}
-
-static int32_t wtype(const bind_ctx *c, const memra_plan_arg *a)
-{
-    const memra_gguf_tensor *t = wt(c, a);
-    return t ? (int32_t)t->type : -1;
-}
-
-/* Bytes of one row (ne[0] elements) of a weight; 0 when absent. */
-static uint64_t wrow(const bind_ctx *c, const memra_plan_arg *a)
-{
-    const memra_gguf_tensor *t = wt(c, a);
-    return t ? memra_quant_row_bytes((memra_qtype)t->type, t->ne[0]) : 0;
-}
-
-static const uint64_t *state(const bind_ctx *c, const memra_plan_arg *a)
-{
-    return a->kind == MEMRA_ARG_STATE ? memra_tick_region_row(c->tick, a->index) : NULL;
-}
-
-static void *tickf(const bind_ctx *c, const memra_plan_arg *a)
-{
-    return a->kind == MEMRA_ARG_TICK ? memra_tick_field_ptr(c->tick, a->index) : NULL;
-}
-
-static int32_t ival(const memra_plan_arg *a) { return a->kind == MEMRA_ARG_INT ? (int32_t)a->i : 0; }
-
-static int32_t kv_qtype(const memra_plan_arg *a)
-{
-    return a->dtype == MEMRA_DT_F16 ? MEMRA_QT_F16 : a->dtype == MEMRA_DT_Q8_0 ? MEMRA_QT_Q8_0 : -1;
-}
-
-/* ------------------------------------- binders ------------------------------------- */
-
-static void bind_embed(const bind_ctx *c, const memra_plan_arg *a, op_args *o)
-{
-    o->embed = (memra_embed_args){
-        .table = wdata(c, &a[MEMRA_EMBED_TABLE]), .tokens = tickf(c, &a[MEMRA_EMBED_TOKENS]),
-        .x = buf(c, &a[MEMRA_EMBED_X]), .qtype = wtype(c, &a[MEMRA_EMBED_TABLE]),
-        .n_embd = ival(&a[MEMRA_EMBED_N_EMBD]), .n_vocab = ival(&a[MEMRA_EMBED_N_VOCAB]),
-        .b = (int32_t)c->p->tier, .row_bytes = wrow(c, &a[MEMRA_EMBED_TABLE])};
-}
-
-static void bind_rms_norm_q8(const bind_ctx *c, const memra_plan_arg *a, op_args *o)
-{
-    o->rms_norm_q8 = (memra_rms_norm_q8_args){
-        .x = buf(c, &a[MEMRA_RMS_NORM_Q8_X]), .w = wdata(c, &a[MEMRA_RMS_NORM_Q8_W]),
-        .y_q = buf(c, &a[MEMRA_RMS_NORM_Q8_Y]), .y_f32 = buf(c, &a[MEMRA_RMS_NORM_Q8_Y_F32]),
-        .n = ival(&a[MEMRA_RMS_NORM_Q8_N]), .b = (int32_t)c->p->tier,
-        .eps = a[MEMRA_RMS_NORM_Q8_EPS].f};
-}
-
-static void bind_mmvq(const bind_ctx *c, const memra_plan_arg *a, op_args *o)
-{
-    static const int w[4] = {MEMRA_MMVQ_W0, MEMRA_MMVQ_W1, MEMRA_MMVQ_W2, MEMRA_MMVQ_W3};
-    static const int y[4] = {MEMRA_MMVQ_OUT0, MEMRA_MMVQ_OUT1, MEMRA_MMVQ_OUT2, MEMRA_MMVQ_OUT3};
-    static const int n[4] = {MEMRA_MMVQ_N0, MEMRA_MMVQ_N1, MEMRA_MMVQ_N2, MEMRA_MMVQ_N3};
-    static const int m[4] = {MEMRA_MMVQ_MODE0, MEMRA_MMVQ_MODE1, MEMRA_MMVQ_MODE2, MEMRA_MMVQ_MODE3};
-    static const int s[4] = {MEMRA_MMVQ_SCALE0, MEMRA_MMVQ_SCALE1, MEMRA_MMVQ_SCALE2, MEMRA_MMVQ_SCALE3};
-    memset(&o->mmvq, 0, sizeof o->mmvq);
-    o->mmvq.a = buf(c, &a[MEMRA_MMVQ_A]);
-    o->mmvq.n_in = ival(&a[MEMRA_MMVQ_K]);
-    o->mmvq.b = (int32_t)c->p->tier;
-    for (int i = 0; i < 4 && a[w[i]].kind == MEMRA_ARG_WEIGHT; i++) {
-        o->mmvq.out[i] = (memra_mmvq_out){
-            .w = wdata(c, &a[w[i]]), .scale = wdata(c, &a[s[i]]), .y = buf(c, &a[y[i]]),
-            .qtype = wtype(c, &a[w[i]]), .n_out = ival(&a[n[i]]), .mode = ival(&a[m[i]]),
-            .row_bytes = wrow(c, &a[w[i]])};
-        o->mmvq.n_w = i + 1;
-    }
-}
-
-static void bind_attn_prep(const bind_ctx *c, const memra_plan_arg *a, op_args *o)
-{
-    o->attn_prep = (memra_attn_prep_args){
-        .qg = buf(c, &a[MEMRA_ATTN_PREP_QG]), .k = buf(c, &a[MEMRA_ATTN_PREP_K]),
-        .v = buf(c, &a[MEMRA_ATTN_PREP_V]), .q_norm = wdata(c, &a[MEMRA_ATTN_PREP_Q_NORM]),
-        .k_norm = wdata(c, &a[MEMRA_ATTN_PREP_K_NORM]),
-        .positions = tickf(c, &a[MEMRA_ATTN_PREP_POSITIONS]),
-        .k_cache = state(c, &a[MEMRA_ATTN_PREP_K_CACHE]),
-        .v_cache = state(c, &a[MEMRA_ATTN_PREP_V_CACHE]), .q = buf(c, &a[MEMRA_ATTN_PREP_Q]),
-        .n_head = ival(&a[MEMRA_ATTN_PREP_N_HEAD]), .n_head_kv = ival(&a[MEMRA_ATTN_PREP_N_HEAD_KV]),
-        .head_dim = ival(&a[MEMRA_ATTN_PREP_HEAD_DIM]), .n_rot = ival(&a[MEMRA_ATTN_PREP_N_ROT]),
-        .sections = {ival(&a[MEMRA_ATTN_PREP_SECT0]), ival(&a[MEMRA_ATTN_PREP_SECT1]),
-                     ival(&a[MEMRA_ATTN_PREP_SECT2]), ival(&a[MEMRA_ATTN_PREP_SECT3])},
-        .kv_type = kv_qtype(&a[MEMRA_ATTN_PREP_K_CACHE]), .n_ctx = (int32_t)c->n_ctx,
-        .b = (int32_t)c->p->tier, .eps = a[MEMRA_ATTN_PREP_EPS].f,
-        .freq_base = a[MEMRA_ATTN_PREP_ROPE_BASE].f, .freq_scale = a[MEMRA_ATTN_PREP_FREQ_SCALE].f};
-}
-
-static void bind_attn_decode(const bind_ctx *c, const memra_plan_arg *a, op_args *o)
-{
-    o->attn_decode = (memra_attn_decode_args){
-        .q = buf(c, &a[MEMRA_ATTN_DECODE_Q]), .qg = buf(c, &a[MEMRA_ATTN_DECODE_QG]),
-        .positions = tickf(c, &a[MEMRA_ATTN_DECODE_POSITIONS]),
-        .k_cache = state(c, &a[MEMRA_ATTN_DECODE_K_CACHE]),
-        .v_cache = state(c, &a[MEMRA_ATTN_DECODE_V_CACHE]),
-        .scratch = buf(c, &a[MEMRA_ATTN_DECODE_SCRATCH]), .y_q = buf(c, &a[MEMRA_ATTN_DECODE_O]),
-        .n_head = ival(&a[MEMRA_ATTN_DECODE_N_HEAD]),
-        .n_head_kv = ival(&a[MEMRA_ATTN_DECODE_N_HEAD_KV]),
-        .head_dim = ival(&a[MEMRA_ATTN_DECODE_HEAD_DIM]),
-        .kv_type = kv_qtype(&a[MEMRA_ATTN_DECODE_K_CACHE]), .n_ctx = (int32_t)c->n_ctx,
-        .max_split = ival(&a[MEMRA_ATTN_DECODE_MAX_SPLIT]), .b = (int32_t)c->p->tier,
-        .scale = a[MEMRA_ATTN_DECODE_SCALE].f};
-}
-
-static void bind_gdn_step(const bind_ctx *c, const memra_plan_arg *a, op_args *o)
-{
-    o->gdn_step = (memra_gdn_step_args){
-        .qkv = buf(c, &a[MEMRA_GDN_STEP_QKV]), .z = buf(c, &a[MEMRA_GDN_STEP_Z]),
-        .beta = buf(c, &a[MEMRA_GDN_STEP_BETA]), .alpha = buf(c, &a[MEMRA_GDN_STEP_ALPHA]),
-        .conv_w = wdata(c, &a[MEMRA_GDN_STEP_CONV_W]), .dt_bias = wdata(c, &a[MEMRA_GDN_STEP_DT_BIAS]),
-        .ssm_a = wdata(c, &a[MEMRA_GDN_STEP_SSM_A]), .norm_w = wdata(c, &a[MEMRA_GDN_STEP_NORM]),
-        .conv_state = state(c, &a[MEMRA_GDN_STEP_CONV_STATE]),
-        .ssm_state = state(c, &a[MEMRA_GDN_STEP_SSM_STATE]), .y_q = buf(c, &a[MEMRA_GDN_STEP_O]),
-        .n_k_head = ival(&a[MEMRA_GDN_STEP_N_K_HEAD]), .n_v_head = ival(&a[MEMRA_GDN_STEP_N_V_HEAD]),
-        .head_k_dim = ival(&a[MEMRA_GDN_STEP_HEAD_K_DIM]),
-        .head_v_dim = ival(&a[MEMRA_GDN_STEP_HEAD_V_DIM]), .conv_k = ival(&a[MEMRA_GDN_STEP_CONV_K]),
-        .head_map = ival(&a[MEMRA_GDN_STEP_HEAD_MAP]), .b = (int32_t)c->p->tier,
-        .eps = a[MEMRA_GDN_STEP_EPS].f};
-}
-
-static void bind_silu_mul_q8(const bind_ctx *c, const memra_plan_arg *a, op_args *o)
-{
-    memset(&o->silu_mul_q8, 0, sizeof o->silu_mul_q8);
-    o->silu_mul_q8.b = (int32_t)c->p->tier;
-    o->silu_mul_q8.n_slots = a[MEMRA_SILU_MUL_Q8_G1].kind == MEMRA_ARG_BUF ? 2 : 1;
-    o->silu_mul_q8.slot[0] = (memra_silu_mul_q8_slot){
-        .g = buf(c, &a[MEMRA_SILU_MUL_Q8_G0]), .u = buf(c, &a[MEMRA_SILU_MUL_Q8_U0]),
-        .y_q = buf(c, &a[MEMRA_SILU_MUL_Q8_Y0]), .n = ival(&a[MEMRA_SILU_MUL_Q8_N0]),
-        .m = ival(&a[MEMRA_SILU_MUL_Q8_M0])};
-    o->silu_mul_q8.slot[1] = (memra_silu_mul_q8_slot){
-        .g = buf(c, &a[MEMRA_SILU_MUL_Q8_G1]), .u = buf(c, &a[MEMRA_SILU_MUL_Q8_U1]),
-        .y_q = buf(c, &a[MEMRA_SILU_MUL_Q8_Y1]), .n = ival(&a[MEMRA_SILU_MUL_Q8_N1]),
-        .m = ival(&a[MEMRA_SILU_MUL_Q8_M1])};
-}
-
-static void bind_moe_route(const bind_ctx *c, const memra_plan_arg *a, op_args *o)
-{
-    o->moe_route = (memra_moe_route_args){
-        .logits = buf(c, &a[MEMRA_MOE_ROUTE_LOGITS]), .ids = buf(c, &a[MEMRA_MOE_ROUTE_IDS]),
-        .weights = buf(c, &a[MEMRA_MOE_ROUTE_WTS]), .n_expert = ival(&a[MEMRA_MOE_ROUTE_N_EXPERT]),
-        .n_used = ival(&a[MEMRA_MOE_ROUTE_N_USED]), .b = (int32_t)c->p->tier};
-}
-
-static void bind_mmvq_moe(const bind_ctx *c, const memra_plan_arg *a, op_args *o)
-{
-    static const int w[2] = {MEMRA_MMVQ_MOE_W0, MEMRA_MMVQ_MOE_W1};
-    static const int y[2] = {MEMRA_MMVQ_MOE_OUT0, MEMRA_MMVQ_MOE_OUT1};
-    static const int n[2] = {MEMRA_MMVQ_MOE_N0, MEMRA_MMVQ_MOE_N1};
-    static const int s[2] = {MEMRA_MMVQ_MOE_SCALE0, MEMRA_MMVQ_MOE_SCALE1};
-    memset(&o->mmvq_moe, 0, sizeof o->mmvq_moe);
-    o->mmvq_moe.a = buf(c, &a[MEMRA_MMVQ_MOE_A]);
-    o->mmvq_moe.ids = buf(c, &a[MEMRA_MMVQ_MOE_IDS]);
-    o->mmvq_moe.k = ival(&a[MEMRA_MMVQ_MOE_K]);
-    o->mmvq_moe.n_used = ival(&a[MEMRA_MMVQ_MOE_N_USED]);
-    o->mmvq_moe.n_expert = ival(&a[MEMRA_MMVQ_MOE_N_EXPERT]);
-    o->mmvq_moe.b = (int32_t)c->p->tier;
-    for (int i = 0; i < 2 && a[w[i]].kind == MEMRA_ARG_WEIGHT; i++) {
-        const uint64_t rb = wrow(c, &a[w[i]]);
-        o->mmvq_moe.out[i] = (memra_mmvq_moe_out){
-            .w = wdata(c, &a[w[i]]), .scale = wdata(c, &a[s[i]]), .y = buf(c, &a[y[i]]),
-            .qtype = wtype(c, &a[w[i]]), .n_out = ival(&a[n[i]]), .row_bytes = rb,
-            .expert_bytes = rb * (uint64_t)wt(c, &a[w[i]])->ne[1]};
-        o->mmvq_moe.n_w = i + 1;
-    }
-}
-
-static void bind_moe_down(const bind_ctx *c, const memra_plan_arg *a, op_args *o)
-{
-    const uint64_t rb = wrow(c, &a[MEMRA_MOE_DOWN_W]);
-    const memra_gguf_tensor *w = wt(c, &a[MEMRA_MOE_DOWN_W]);
-    o->moe_down = (memra_moe_down_args){
-        .a = buf(c, &a[MEMRA_MOE_DOWN_A]), .ids = buf(c, &a[MEMRA_MOE_DOWN_IDS]),
-        .wts = buf(c, &a[MEMRA_MOE_DOWN_WTS]), .w = wdata(c, &a[MEMRA_MOE_DOWN_W]),
-        .scale = wdata(c, &a[MEMRA_MOE_DOWN_SCALE]), .x = buf(c, &a[MEMRA_MOE_DOWN_X]),
-        .sh_a = buf(c, &a[MEMRA_MOE_DOWN_SH_A]), .sh_w = wdata(c, &a[MEMRA_MOE_DOWN_SH_W]),
-        .sh_scale = wdata(c, &a[MEMRA_MOE_DOWN_SH_SCALE]),
-        .sh_gate = buf(c, &a[MEMRA_MOE_DOWN_SH_GATE]), .row_bytes = rb,
-        .expert_bytes = w ? rb * (uint64_t)w->ne[1] : 0, .sh_row_bytes = wrow(c, &a[MEMRA_MOE_DOWN_SH_W]),
-        .qtype = wtype(c, &a[MEMRA_MOE_DOWN_W]), .sh_qtype = wtype(c, &a[MEMRA_MOE_DOWN_SH_W]),
-        .k = ival(&a[MEMRA_MOE_DOWN_K]), .n = ival(&a[MEMRA_MOE_DOWN_N]),
-        .n_used = ival(&a[MEMRA_MOE_DOWN_N_USED]), .n_expert = ival(&a[MEMRA_MOE_DOWN_N_EXPERT]),
-        .k_sh = ival(&a[MEMRA_MOE_DOWN_K_SH]), .b = (int32_t)c->p->tier};
-}
-
-static void bind_sample(const bind_ctx *c, const memra_plan_arg *a, op_args *o)
-{
-    o->sample = (memra_sample_args){
-        .logits = buf(c, &a[MEMRA_SAMPLE_LOGITS]), .params = tickf(c, &a[MEMRA_SAMPLE_PARAMS]),
-        .out_tokens = tickf(c, &a[MEMRA_SAMPLE_OUT_TOKENS]), .scratch = buf(c, &a[MEMRA_SAMPLE_SCRATCH]),
-        .n_vocab = ival(&a[MEMRA_SAMPLE_N_VOCAB]), .b = (int32_t)c->p->tier};
-}
-
-/* check/run wrappers over the typed functions of kernels/<op>.h */
-#define OP_IMPL(OP, op)                                                                            \
-    static const char *check_##op(const op_args *a) { return memra_##op##_check(&a->op); }        \
-    static int run_##op(const op_args *a) { return memra_##op##_ref(&a->op); }
-OP_IMPL(EMBED, embed)
-OP_IMPL(RMS_NORM_Q8, rms_norm_q8)
-OP_IMPL(MMVQ, mmvq)
-OP_IMPL(ATTN_PREP, attn_prep)
-OP_IMPL(ATTN_DECODE, attn_decode)
-OP_IMPL(GDN_STEP, gdn_step)
-OP_IMPL(SILU_MUL_Q8, silu_mul_q8)
-OP_IMPL(MOE_ROUTE, moe_route)
-OP_IMPL(MMVQ_MOE, mmvq_moe)
-OP_IMPL(MOE_DOWN, moe_down)
-OP_IMPL(SAMPLE, sample)
-#undef OP_IMPL
-
-#define IMPL(OP, op) [MEMRA_OP_##OP] = {bind_##op, check_##op, run_##op}
-static const op_impl k_impl[MEMRA_OP_COUNT] = {
-    IMPL(EMBED, embed),       IMPL(RMS_NORM_Q8, rms_norm_q8), IMPL(MMVQ, mmvq),
-    IMPL(ATTN_PREP, attn_prep), IMPL(ATTN_DECODE, attn_decode), IMPL(GDN_STEP, gdn_step),
-    IMPL(SILU_MUL_Q8, silu_mul_q8), IMPL(MOE_ROUTE, moe_route), IMPL(MMVQ_MOE, mmvq_moe),
-    IMPL(MOE_DOWN, moe_down), IMPL(SAMPLE, sample),
+#define RUN(OP, op) [MEMRA_OP_##OP] = run_##op
+static const run_fn k_run[MEMRA_OP_COUNT] = {
+    RUN(EMBED, embed),       RUN(RMS_NORM_Q8, rms_norm_q8), RUN(MMVQ, mmvq),
+    RUN(ATTN_PREP, attn_prep), RUN(ATTN_DECODE, attn_decode), RUN(GDN_STEP, gdn_step),
+    RUN(SILU_MUL_Q8, silu_mul_q8), RUN(MOE_ROUTE, moe_route), RUN(MMVQ_MOE, mmvq_moe),
+    RUN(MOE_DOWN, moe_down), RUN(SAMPLE, sample),
 };
-#undef IMPL
+#undef RUN
 
 /* ====================================== backend ======================================= */
 
@@ -304,7 +57,7 @@ typedef struct cpu_plan {
     memra_plan *plan;
     memra_tick tick;       /* this plan's tick block */
     uint32_t *region_map;  /* [n_states] -> slot layout region */
-    op_args *bound;        /* [n_launches] */
+    memra_op_args *bound;  /* [n_launches] */
 } cpu_plan;
 
 typedef struct cpu_session {
@@ -358,15 +111,16 @@ static int bind_plan(memra_cpu_backend *be, uint32_t t, uint32_t s, memra_err *e
     cp->bound = calloc(p->n_launches ? p->n_launches : 1, sizeof *cp->bound);
     if (!cp->bound)
         return MEMRA_FAIL(err, MEMRA_ERR_NOMEM, "plan b%u s%u: out of memory", p->tier, p->stage);
-    const bind_ctx c = {.p = p, .arena = be->arena[s], .tick = &cp->tick, .n_ctx = be->opts.n_ctx};
+    /* weights = NULL: the references read the mapped GGUF in place */
+    const memra_bind_ctx c = {
+        .p = p, .arena = be->arena[s], .tick = &cp->tick, .weights = NULL, .n_ctx = be->opts.n_ctx};
     for (uint32_t i = 0; i < p->n_launches; i++) {
         const memra_plan_launch *l = &p->launches[i];
-        const op_impl *im = l->op < MEMRA_OP_COUNT ? &k_impl[l->op] : NULL;
-        if (!im || !im->bind)
+        if (l->op >= MEMRA_OP_COUNT || !k_run[l->op] ||
+            memra_bind_launch(&c, l, &cp->bound[i]) != MEMRA_OK)
             return MEMRA_FAIL(err, MEMRA_ERR_UNSUPPORTED, "plan b%u s%u launch %u: op %u has no "
                               "CPU implementation", p->tier, p->stage, i, l->op);
-        im->bind(&c, l->args, &cp->bound[i]);
-        const char *why = im->check(&cp->bound[i]);
+        const char *why = memra_bind_check(l->op, &cp->bound[i]);
         if (why)
             return MEMRA_FAIL(err, MEMRA_ERR_PLAN, "plan b%u s%u launch %u (%s): %s", p->tier,
                               p->stage, i, memra_op_get(l->op)->name, why);
@@ -696,7 +450,7 @@ static int run_plan(const cpu_plan *cp, memra_err *err)
     const memra_plan *p = cp->plan;
     for (uint32_t i = 0; i < p->n_launches; i++) {
         const uint32_t op = p->launches[i].op;
-        if (k_impl[op].run(&cp->bound[i]) != MEMRA_OK) /* the args passed the check at open */
+        if (k_run[op](&cp->bound[i]) != MEMRA_OK) /* the args passed the check at open */
             return MEMRA_FAIL(err, MEMRA_ERR_INTERNAL, "plan b%u s%u launch %u (%s) failed",
                               p->tier, p->stage, i, memra_op_get(op)->name);
     }
