@@ -508,29 +508,48 @@ __global__ void __launch_bounds__(kCombineWarps * 32) attn_combine(memra_attn_de
         if (len) {
             const int nsplit = row_nsplit(len, a.max_split);
             const float *p0 = partial(a, g, b, i, 0);
-            float M = -INFINITY;
-            for (int s = 0; s < nsplit; s++)
-                if (p0[(size_t)s * g.pstride + dh + 1] != 0.0f) /* l = 0: empty split */
-                    M = fmaxf(M, p0[(size_t)s * g.pstride + dh]);
-            float L = 0.0f, O = 0.0f;
+            const size_t pst = (size_t)g.pstride;
+            float M = -INFINITY, L = 0.0f, O = 0.0f;
             if (dh % 32 == 0) {
-                /* the block lies in head i: lane k computes split s0 + k's weight once */
+                /* The warp's block lies in head i, so every loop below is warp-uniform. No
+                 * load waits on the previous split's arithmetic (a chain of nsplit dependent
+                 * L2 round trips was the kernel's cost at 100+ splits): lane k reads split
+                 * s0 + k's (m, l) and computes its weight once, and the 32 values O_s,d of a
+                 * chunk are loaded before the chain consumes them. The chain itself is the
+                 * canonical one: increasing s, empty splits (l = 0) skipped. M: fmaxf is
+                 * exact, so the lane tree gives the sequential scan's value. */
+                for (int s0 = 0; s0 < nsplit; s0 += 32) {
+                    const int sk = s0 + lane;
+                    if (sk < nsplit && p0[(size_t)sk * pst + dh + 1] != 0.0f) /* l = 0: empty split */
+                        M = fmaxf(M, p0[(size_t)sk * pst + dh]);
+                }
+#pragma unroll
+                for (int o = 16; o >= 1; o >>= 1)
+                    M = fmaxf(M, __shfl_xor_sync(FULL_MASK, M, o));
                 for (int s0 = 0; s0 < nsplit; s0 += 32) {
                     const int sk = s0 + lane, n = min(32, nsplit - s0);
                     float lk = 0.0f, wk = 0.0f;
                     if (sk < nsplit) {
-                        lk = p0[(size_t)sk * g.pstride + dh + 1];
-                        wk = lk != 0.0f ? memra_x_expf(__fsub_rn(p0[(size_t)sk * g.pstride + dh], M)) : 0.0f;
+                        lk = p0[(size_t)sk * pst + dh + 1];
+                        wk = lk != 0.0f ? memra_x_expf(__fsub_rn(p0[(size_t)sk * pst + dh], M)) : 0.0f;
                     }
-                    for (int k = 0; k < n; k++) {
+                    float v[32];
+#pragma unroll
+                    for (int k = 0; k < 32; k++)
+                        v[k] = k < n ? p0[(size_t)(s0 + k) * pst + d] : 0.0f;
+#pragma unroll
+                    for (int k = 0; k < 32; k++) {
                         const float ls = __shfl_sync(FULL_MASK, lk, k), w = __shfl_sync(FULL_MASK, wk, k);
-                        if (ls == 0.0f)
-                            continue;
-                        L = __fadd_rn(L, __fmul_rn(ls, w));
-                        O = __fadd_rn(O, __fmul_rn(p0[(size_t)(s0 + k) * g.pstride + d], w));
+                        if (k < n && ls != 0.0f) {
+                            L = __fadd_rn(L, __fmul_rn(ls, w));
+                            O = __fadd_rn(O, __fmul_rn(v[k], w));
+                        }
                     }
                 }
             } else {
+                for (int s = 0; s < nsplit; s++)
+                    if (p0[(size_t)s * pst + dh + 1] != 0.0f) /* l = 0: empty split */
+                        M = fmaxf(M, p0[(size_t)s * pst + dh]);
                 for (int s = 0; s < nsplit; s++) {
                     const float *ps = p0 + (size_t)s * g.pstride;
                     if (ps[dh + 1] == 0.0f)

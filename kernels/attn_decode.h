@@ -13,7 +13,7 @@
  * EXACT ARITHMETIC (the CUDA kernel's parallel order; kernels/ref/attn_decode.c emulates it
  * bit for bit; f32 RN, fmaf only where written, exp = memra_x_expf, sigmoid =
  * memra_x_sigmoidf). Everything depends on (len, max_split, head_dim, G) only.
- *  Splits: nsplit = clamp(ceil(len / 256), 1, max_split) (memra_attn_nsplit);
+ *  Splits: nsplit = clamp(ceil(len / 64), 1, max_split) (memra_attn_nsplit);
  *   per = round_up(ceil(len / nsplit), 16) (memra_attn_split_keys); split s holds keys
  *   [s*per, min(len, (s+1)*per)) (possibly empty).
  *  Order geometry (memra_attn_order_of): "fast" when head_dim is 64, 128, 256 or 512:
@@ -55,7 +55,7 @@
 #include "attn_prep.h"
 
 /* Keys per split below which a row uses fewer splits; warps per split CTA. */
-#define MEMRA_ATTN_SPLIT_KEYS 256
+#define MEMRA_ATTN_SPLIT_KEYS 64
 #define MEMRA_ATTN_WARPS 4
 /* Fast-kernel geometry (compile-time in the kernel, run-time in the reference). */
 #define MEMRA_ATTN_VPL(dh) ((dh) > 256 ? (dh) / 256 : 1)

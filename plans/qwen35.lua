@@ -19,12 +19,11 @@
 -- launches, not three, so the real counts are 8 and 9.)
 --
 -- Plan decisions:
---   * attn_decode max_split = 32: the kernel picks a row's split count (<= 32, one per 256
---     keys) from that row's own length. It is part of attention's summation order, so it is
---     the same at every tier (and in the reference model). Measured on the H200 (9b,
---     2026-12-03): 64-key splits up to 128 made B = 1 at depth 32768 6 % faster but every
---     B >= 2 at depth 8192 7-13 % slower (the combine walks the splits as one dependent
---     chain), so 256 / 32 stays until the combine is parallel.
+--   * attn_decode max_split = 128: the kernel picks a row's split count (<= 128, one per 64
+--     keys) from that row's own length, so a short row finishes in a few key steps and a deep
+--     one at B = 1 still has 128 x n_head_kv split CTAs. It is part of attention's summation
+--     order, so it is the same at every tier (and in the reference model). Scratch
+--     [b, n_head, 128, dh + 2] f32 (34 MB at B = 16 for the 9B), reused across layers.
 --   * The residual stream x [b, n_embd] f32 lives the whole tick; the o-proj, ssm_out,
 --     ffn_down and moe_down launches add into it in their epilogues.
 --   * KV cache dtype from --kv (f16 default, q8_0); recurrent state f32.
@@ -33,7 +32,7 @@ local dsl = import("dsl")
 
 local M = {}
 
-local MAX_SPLIT = 32 -- = MEMRA_REF_ATTN_MAX_SPLIT (runtime/refmodel.h; tested)
+local MAX_SPLIT = 128 -- = MEMRA_REF_ATTN_MAX_SPLIT (runtime/refmodel.h; tested)
 
 -- =================================== hyperparameters ===================================
 
