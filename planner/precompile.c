@@ -3,8 +3,9 @@
  * directory's manifest lists, for one architecture, into the NVRTC disk cache, so that a
  * serving start reads cubins and runs no compiler (see planner.h).
  *
- * Keys go through memra_nvrtc_compile_key(), the function the CUDA backend's start uses to
- * pick and name its compiles, so each key lands under the cache name the start looks up.
+ * Keys go through memra_nvrtc_compile_key() (the canonical key, sm appended): the name
+ * memra_kernel_get gives the same plan key when the CUDA backend's start looks it up, so each
+ * compile lands under the cache name the start reads.
  * Keys of fixed nvcc kernels (attn_decode, ...) are counted and skipped.
  *
  * Must not: touch a GPU (NVRTC needs none: this runs on build machines); print (progress goes
