@@ -271,6 +271,12 @@ function M.tick(opts)
     if opts.stage == 0 then
         x = p:buf("x")
         local te = p:weight("token_embd.weight")
+        if p:has("token_embd.scale") or p:has("token_embd.weight.scale") then
+            -- the embed op dequantizes rows and applies no per-tensor scale: refuse, do not
+            -- run with unscaled embeddings (the mat-vecs, a tied lm_head included, apply it)
+            unsupported("token_embd.weight has an NVFP4 scale companion (token_embd.scale); " ..
+                        "the embed op does not apply one yet")
+        end
         p:launch("embed", {tokens = p:tick("tokens"), table = te, x = x, n_embd = hp.D,
                            n_vocab = te.t.ne[2]})
     else

@@ -618,10 +618,11 @@ END_TEST
 
 /* ================================== planner errors ================================== */
 
-/* Copy a GGUF, optionally renaming the architecture value or retyping one tensor (its data
- * becomes zeros of the new type's size). Enough KV types for forged files. */
-static void copy_gguf(const char *src, const char *dst, const char *arch, const char *retype,
-                      memra_qtype new_type)
+/* Copy a GGUF, optionally renaming the architecture value, retyping one tensor (its data
+ * becomes zeros of the new type's size) or adding an f32 [1] tensor `extra` (value 1.0).
+ * Enough KV types for forged files. */
+static void copy_gguf_x(const char *src, const char *dst, const char *arch, const char *retype,
+                        memra_qtype new_type, const char *extra)
 {
     memra_gguf *g = NULL;
     memra_gguf_writer *w = NULL;
@@ -686,6 +687,9 @@ static void copy_gguf(const char *src, const char *dst, const char *arch, const 
         memra_qtype ty = retype && !strcmp(t->name, retype) ? new_type : (memra_qtype)t->type;
         ck_assert_int_eq(memra_gguf_writer_add_tensor(w, t->name, ty, t->n_dims, t->ne), 0);
     }
+    const int64_t one[4] = {1, 1, 1, 1};
+    if (extra)
+        ck_assert_int_eq(memra_gguf_writer_add_tensor(w, extra, MEMRA_QT_F32, 1, one), 0);
     ck_assert_msg(memra_gguf_writer_begin(w, dst) == 0, "%s", memra_gguf_writer_error(w));
     for (int64_t i = 0; i < memra_gguf_n_tensors(g); i++) {
         const memra_gguf_tensor *t = memra_gguf_tensor_at(g, i);
@@ -698,9 +702,18 @@ static void copy_gguf(const char *src, const char *dst, const char *arch, const 
             ck_assert_int_eq(memra_gguf_writer_write(w, t->data, t->nbytes), 0);
         }
     }
+    const float v1 = 1.0f;
+    if (extra)
+        ck_assert_int_eq(memra_gguf_writer_write(w, &v1, sizeof v1), 0);
     ck_assert_msg(memra_gguf_writer_finish(w) == 0, "%s", memra_gguf_writer_error(w));
     memra_gguf_writer_close(w);
     memra_gguf_close(g);
+}
+
+static void copy_gguf(const char *src, const char *dst, const char *arch, const char *retype,
+                      memra_qtype new_type)
+{
+    copy_gguf_x(src, dst, arch, retype, new_type, NULL);
 }
 
 START_TEST(test_unknown_arch)
@@ -714,6 +727,21 @@ START_TEST(test_unknown_arch)
                      MEMRA_ERR_UNSUPPORTED);
     ck_assert_msg(strstr(e.msg, "unknown architecture 'llama'") && strstr(e.msg, "llama.gguf"),
                   "%s", e.msg);
+}
+END_TEST
+
+/* An NVFP4 per-tensor scale on the embedding table: the embed op applies none, so the plan is
+ * refused (naming the tensor) rather than run with unscaled embeddings. */
+START_TEST(test_embedding_scale_refused)
+{
+    char model[700], dir[700];
+    memra_err e;
+    sub_dir(model, sizeof model, "embd-scale.gguf");
+    sub_dir(dir, sizeof dir, "plans-embd-scale");
+    copy_gguf_x(g_tiny, model, NULL, NULL, MEMRA_QT_F32, "token_embd.scale");
+    ck_assert_int_eq(plan_dir(model, dir, "1", 1, 0, MEMRA_DT_F16, NULL, 0, NULL, &e),
+                     MEMRA_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(e.msg, "token_embd") && strstr(e.msg, "scale"), "%s", e.msg);
 }
 END_TEST
 
@@ -1196,6 +1224,7 @@ Suite *make_plan_suite(void)
     tcase_add_test(tc, test_summary);
     tcase_add_test(tc, test_unknown_arch);
     tcase_add_test(tc, test_unsupported_weight_type);
+    tcase_add_test(tc, test_embedding_scale_refused);
     tcase_add_test(tc, test_script_failures);
     tcase_add_test(tc, test_validator_stage_rule);
     tcase_add_loop_test(tc, test_validator_rule, 0, (int)(sizeof k_rules / sizeof k_rules[0]));
