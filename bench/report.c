@@ -315,9 +315,9 @@ void memra_bench_eval_targets(memra_bench_report *r)
         const char *name = "B=16 tok/s >= 10x B=1, rows bit-identical to tier 1";
         if (b16->isolation < 0)
             add_target(r, name, 0,
-                       "%.2fx B=1 (target 10x); rows NOT compared with tier 1 "
-                       "(needs synthetic histories)",
-                       x);
+                       "%.2fx B=1 (target 10x); rows NOT compared with tier 1 (%s)", x,
+                       !r->opts.isolation ? "--no-isolation"
+                                          : "needs synthetic histories, not --prefill decode");
         else
             add_target(r, name, x >= 10.0 && b16->isolation == 1,
                        "%.2fx B=1 (target 10x); "
