@@ -25,14 +25,7 @@
 #define FULL_MASK 0xffffffffu
 
 /* ------------------------------- scalar functions ------------------------------------ */
-/* kref_sigmoid / kref_silu / kref_softplus (ref_common.h), same operation order; expf and
- * log1pf are CUDA's accurate (non-intrinsic) versions, within 2 ulp of glibc's. */
-static __device__ __forceinline__ float dev_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
-static __device__ __forceinline__ float dev_silu(float x) { return x * dev_sigmoid(x); }
-static __device__ __forceinline__ float dev_softplus(float x)
-{
-    return x > 20.0f ? x : log1pf(expf(x));
-}
+/* Transcendentals: kernels/exact_math.h only (memra_x_sigmoidf, ...), never CUDA's expf. */
 
 /* fp16 -> fp32 exactly as runtime/quant.c (NaN payloads kept): the magnitude bits read as
  * 2^-112 times the value, and the multiply by 2^112 is exact. */

@@ -10,32 +10,6 @@
 #include "quant.h"
 #include "rms_norm_q8.h"
 
-float kref_rms_scale(const float *x, int32_t n, float eps)
-{
-    double ss = 0.0;
-    for (int32_t j = 0; j < n; j++)
-        ss += (double)x[j] * (double)x[j];
-    const float mean = (float)(ss / (double)n);
-    return 1.0f / sqrtf(mean + eps); /* eps inside the sqrt, added to the mean */
-}
-
-void kref_rms_norm(const float *x, const float *w, float *y, int32_t n, float eps)
-{
-    const float scale = kref_rms_scale(x, n, eps);
-    for (int32_t j = 0; j < n; j++)
-        y[j] = w[j] * (x[j] * scale);
-}
-
-void kref_l2_norm(const float *x, float *y, int32_t n, float eps)
-{
-    double ss = 0.0;
-    for (int32_t j = 0; j < n; j++)
-        ss += (double)x[j] * (double)x[j];
-    const float scale = 1.0f / fmaxf((float)sqrt(ss), eps);
-    for (int32_t j = 0; j < n; j++)
-        y[j] = x[j] * scale;
-}
-
 /* ------------------------------- canonical primitives -------------------------------- */
 
 #define KREF_MAX_THREADS 1024

@@ -1,17 +1,7 @@
 /*
- * ref_common.h — the scalar primitives every CPU reference op shares (kernels/ref/), written
- * exactly as the hand-written reference model (runtime/refmodel.c) writes them, so the CPU
- * backend and the reference model round every value identically:
- *   rms scale  = 1.0f / sqrtf((float)(sum_j x_j^2 (f64, increasing j) / n) + eps)
- *   rms norm   y_j = w_j * (x_j * scale)
- *   L2 norm    y_j = x_j * (1.0f / fmaxf((float)sqrt(sum_j x_j^2 (f64)), eps))
- *   sigmoid(x) = 1.0f / (1.0f + expf(-x));  silu(x) = x * sigmoid(x)
- *   softplus(x) = x > 20 ? x : log1pf(expf(x))
- * Those five are the LEGACY primitives (f64 sums in increasing j, libm expf/log1pf): they are
- * not part of any args contract, and kept only while callers move to the canonical ones below.
- *
- * Canonical primitives (bit-identical to the CUDA kernels; kernels/exact_math.h for every
- * transcendental, and the kernels' own reduction orders, emulated exactly):
+ * ref_common.h — the primitives the CPU reference ops (kernels/ref/) and the reference model
+ * (runtime/refmodel.c) share, bit-identical to the CUDA kernels: kernels/exact_math.h for
+ * every transcendental, and the kernels' own reduction orders, emulated exactly:
  *   kref_warp_sum_f64/f32(v[32]): the xor butterfly of cuda_common.cuh warp_sum_f64/f32:
  *       for o = 16, 8, 4, 2, 1: v[l] = v[l] + v[l + o] for l < o; result v[0]. (On the GPU
  *       lane l adds lane l ^ o; lanes l and l ^ o hold the same bits since a + b == b + a,
@@ -41,17 +31,7 @@
 #include <math.h>
 #include <stdint.h>
 
-float kref_rms_scale(const float *x, int32_t n, float eps);
-/* y may alias x. */
-void kref_rms_norm(const float *x, const float *w, float *y, int32_t n, float eps);
-/* y may alias x. */
-void kref_l2_norm(const float *x, float *y, int32_t n, float eps);
-
-static inline float kref_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
-static inline float kref_silu(float x) { return x * kref_sigmoid(x); }
-static inline float kref_softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
-
-/* Canonical primitives (see above). threads: a multiple of 32 in [32, 1024]. */
+/* threads: a multiple of 32 in [32, 1024]. */
 double kref_warp_sum_f64(double v[32]);
 float kref_warp_sum_f32(float v[32]);
 double kref_block_sum_f64(double *part, int32_t threads);
