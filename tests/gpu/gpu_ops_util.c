@@ -3,7 +3,9 @@
  */
 #include "gpu_ops_util.h"
 
+#include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 const char *gpu_skip_reason(void)
 {
@@ -26,6 +28,30 @@ const char *gpu_skip_reason(void)
     if (cudaGetDeviceProperties(&p, 0) != cudaSuccess || p.major < 9)
         why = "the kernels are built for sm_90 (Hopper); device 0 is older";
     return why;
+}
+
+void gpu_expect_same_f32(const char *what, const float *got, const float *want, size_t n)
+{
+    if (memcmp(got, want, n * sizeof(float)) == 0)
+        return;
+    size_t i = 0;
+    while (memcmp(got + i, want + i, sizeof(float)) == 0)
+        i++;
+    uint32_t x, y;
+    memcpy(&x, got + i, 4);
+    memcpy(&y, want + i, 4);
+    ck_abort_msg("%s: element %zu of %zu differs: gpu %.9g (0x%08x) ref %.9g (0x%08x)", what, i, n,
+                 (double)got[i], x, (double)want[i], y);
+}
+
+void gpu_add_case(Suite *s, const char *name, const TTest *const *tests, int n)
+{
+    TCase *tc = tcase_create(name);
+    tcase_add_checked_fixture(tc, NULL, teardown_allocs);
+    tcase_set_timeout(tc, 600);
+    for (int i = 0; i < n; i++)
+        tcase_add_test(tc, tests[i]);
+    suite_add_tcase(s, tc);
 }
 
 #define MAX_ALLOCS 1024

@@ -41,6 +41,19 @@ const char *gpu_skip_reason(void);
         CK_CUDA(cudaDeviceSynchronize());                                                          \
     } while (0)
 
+/* memcmp of f32 arrays, the ops' exactness contract: on failure names the first differing
+ * element with both values, as %.9g and as bits. */
+void gpu_expect_same_f32(const char *what, const float *got, const float *want, size_t n);
+
+/* One TCase per op (CK_RUN_CASE=<name> selects one, e.g. under compute-sanitizer), with the
+ * allocations' teardown and a 600 s timeout. */
+void gpu_add_case(Suite *s, const char *name, const TTest *const *tests, int n);
+#define GPU_ADD_CASE(s, name, ...)                                                                 \
+    do {                                                                                           \
+        const TTest *const t_[] = {__VA_ARGS__};                                                   \
+        gpu_add_case((s), (name), t_, (int)(sizeof t_ / sizeof t_[0]));                            \
+    } while (0)
+
 /* Tracked allocations (zeroed host memory, device memory), freed by teardown_allocs (a
  * checked fixture of every GPU op test case). */
 void *halloc(size_t n);

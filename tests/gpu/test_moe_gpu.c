@@ -31,7 +31,6 @@
 
 /* ================================== infrastructure ================================== */
 
-
 static void d2h(void *h, const void *d, size_t n)
 {
     CK_CUDA(cudaMemcpy(h, d, n, cudaMemcpyDeviceToHost));
@@ -95,21 +94,6 @@ static int32_t *rand_ids(tu_rng *r, int E, int U, int bad)
     return ids;
 }
 
-/* memcmp of f32 arrays; names the first differing element, both values and their bits. */
-static void check_exact(const char *what, const float *got, const float *want, size_t n)
-{
-    if (memcmp(got, want, n * sizeof(float)) == 0)
-        return;
-    size_t i = 0;
-    while (memcmp(&got[i], &want[i], sizeof(float)) == 0)
-        i++;
-    uint32_t g, w;
-    memcpy(&g, &got[i], 4);
-    memcpy(&w, &want[i], 4);
-    ck_abort_msg("%s: element %zu of %zu differs: got %.9g (0x%08x) want %.9g (0x%08x)", what, i, n,
-                 (double)got[i], g, (double)want[i], w);
-}
-
 static const memra_qtype k_types[] = {
     MEMRA_QT_F32,  MEMRA_QT_F16,  MEMRA_QT_BF16, MEMRA_QT_Q4_0,   MEMRA_QT_Q4_1,
     MEMRA_QT_Q5_0, MEMRA_QT_Q5_1, MEMRA_QT_Q8_0, MEMRA_QT_IQ4_NL, MEMRA_QT_MXFP4,
@@ -171,7 +155,7 @@ static void mmvq_moe_case(const mcase *c, uint64_t seed)
             d2h(y[i], d.out[i].y, sizeof(float) * ny[i]);
             snprintf(what, sizeof what, "mmvq_moe %s B=%d weight %d (%s)", c->name, B, i,
                      memra_qtype_get(qt[i])->name);
-            check_exact(what, y[i], h.out[i].y, (size_t)B * (size_t)c->U * (size_t)n[i]);
+            gpu_expect_same_f32(what, y[i], h.out[i].y, (size_t)B * (size_t)c->U * (size_t)n[i]);
         }
     }
     /* row 15 alone */
@@ -187,7 +171,7 @@ static void mmvq_moe_case(const mcase *c, uint64_t seed)
     for (int i = 0; i < nw; i++) {
         d2h(y[i], one.out[i].y, sizeof(float) * (size_t)c->U * (size_t)n[i]);
         snprintf(what, sizeof what, "mmvq_moe %s row 15 alone, weight %d", c->name, i);
-        check_exact(what, y[i], h.out[i].y + (size_t)15 * c->U * n[i], (size_t)c->U * n[i]);
+        gpu_expect_same_f32(what, y[i], h.out[i].y + (size_t)15 * c->U * n[i], (size_t)c->U * n[i]);
     }
 }
 
@@ -317,9 +301,9 @@ static void moe_down_case(const dcase *c, uint64_t seed)
         snprintf(what, sizeof what, "moe_down %s (%s%s%s) B=%d", c->name,
                  memra_qtype_get(c->qt)->name, c->k_sh ? ", shared " : "",
                  c->k_sh ? memra_qtype_get(c->sh_qt)->name : "", B);
-        check_exact(what, got, want, (size_t)B * (size_t)c->n);
+        gpu_expect_same_f32(what, got, want, (size_t)B * (size_t)c->n);
         snprintf(what, sizeof what, "moe_down %s B=%d: rows >= B untouched", c->name, B);
-        check_exact(what, got + (size_t)B * c->n, x0 + (size_t)B * c->n, nx - (size_t)B * c->n);
+        gpu_expect_same_f32(what, got + (size_t)B * c->n, x0 + (size_t)B * c->n, nx - (size_t)B * c->n);
     }
     /* row 15 alone */
     memra_moe_down_args one = d;
@@ -335,7 +319,7 @@ static void moe_down_case(const dcase *c, uint64_t seed)
     CK_OP(memra_moe_down_cuda(&one, 0));
     d2h(got, one.x, sizeof(float) * (size_t)c->n);
     snprintf(what, sizeof what, "moe_down %s row 15 alone", c->name);
-    check_exact(what, got, want + (size_t)15 * c->n, (size_t)c->n);
+    gpu_expect_same_f32(what, got, want + (size_t)15 * c->n, (size_t)c->n);
 }
 
 START_TEST(test_moe_down_shapes)
@@ -466,24 +450,8 @@ Suite *make_moe_gpu_suite(void);
 Suite *make_moe_gpu_suite(void)
 {
     Suite *s = suite_create("moe_gpu");
-    TCase *tm = tcase_create("mmvq_moe");
-    tcase_add_checked_fixture(tm, NULL, teardown_allocs);
-    tcase_set_timeout(tm, 600);
-    tcase_add_test(tm, test_mmvq_moe_shapes);
-    tcase_add_test(tm, test_mmvq_moe_types);
-    tcase_add_test(tm, test_mmvq_moe_rejects);
-    suite_add_tcase(s, tm);
-    TCase *td = tcase_create("moe_down");
-    tcase_add_checked_fixture(td, NULL, teardown_allocs);
-    tcase_set_timeout(td, 600);
-    tcase_add_test(td, test_moe_down_shapes);
-    tcase_add_test(td, test_moe_down_types);
-    tcase_add_test(td, test_moe_down_rejects);
-    suite_add_tcase(s, td);
-    TCase *tt = tcase_create("moe_timing");
-    tcase_add_checked_fixture(tt, NULL, teardown_allocs);
-    tcase_set_timeout(tt, 600);
-    tcase_add_test(tt, test_moe_timing);
-    suite_add_tcase(s, tt);
+    GPU_ADD_CASE(s, "mmvq_moe", test_mmvq_moe_shapes, test_mmvq_moe_types, test_mmvq_moe_rejects);
+    GPU_ADD_CASE(s, "moe_down", test_moe_down_shapes, test_moe_down_types, test_moe_down_rejects);
+    GPU_ADD_CASE(s, "moe_timing", test_moe_timing);
     return s;
 }

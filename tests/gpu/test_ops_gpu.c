@@ -34,9 +34,7 @@
 #include "gpu/gpu_ops_util.h"
 #include "test_util.h"
 
-
 /* ================================== infrastructure ================================== */
-
 
 static void h2d(void *d, const void *h, size_t n) { CK_CUDA(cudaMemcpy(d, h, n, cudaMemcpyHostToDevice)); }
 static void d2h(void *h, const void *d, size_t n) { CK_CUDA(cudaMemcpy(h, d, n, cudaMemcpyDeviceToHost)); }
@@ -239,23 +237,6 @@ END_TEST
 
 /* ==================================== rms_norm_q8 =================================== */
 
-/* rms_norm_q8, silu_mul_q8, moe_route and sample are bit-identical to their references (the
- * reduction orders of their headers, kernels/exact_math.h for every exp): memcmp, no
- * tolerance. On failure: the first differing element, both values as %.9g and as bits. */
-static void xa_identical_f32(const char *what, const float *got, const float *want, size_t n)
-{
-    if (memcmp(got, want, n * sizeof(float)) == 0)
-        return;
-    size_t i = 0;
-    while (memcmp(got + i, want + i, sizeof(float)) == 0)
-        i++;
-    uint32_t x, y;
-    memcpy(&x, got + i, 4);
-    memcpy(&y, want + i, 4);
-    ck_abort_msg("%s: element %zu of %zu differs: gpu %.9g (0x%08x) ref %.9g (0x%08x)", what, i, n, (double)got[i], x,
-                 (double)want[i], y);
-}
-
 /* q8_1 blocks: names the first differing block and its d, s and first differing code. */
 static void xa_identical_q8_1(const char *what, const void *got, const void *want, size_t nblk)
 {
@@ -307,7 +288,7 @@ static void rms_case(int n, int b, tu_rng *r)
     char what[64];
     snprintf(what, sizeof what, "rms_norm_q8 n %d b %d", n, b);
     /* the reference sums the squares in the kernel's order (rms_norm_q8.h): identical bits */
-    xa_identical_f32(what, y, a.y_f32, nx);
+    gpu_expect_same_f32(what, y, a.y_f32, nx);
     xa_identical_q8_1(what, yq, a.y_q, nx / 32);
     /* isolation: the last row alone, at B = 1, without the f32 copy */
     memra_rms_norm_q8_args one = a;
@@ -465,7 +446,7 @@ static void route_case(int n_expert, int n_used, int b, int ties, tu_rng *r)
      * so identical ids (a total order) and identical weights. */
     for (size_t i = 0; i < nk; i++)
         ck_assert_msg(ids[i] == a.ids[i], "%s: ids[%zu] = %d, want %d", what, i, ids[i], a.ids[i]);
-    xa_identical_f32(what, w, a.weights, nk);
+    gpu_expect_same_f32(what, w, a.weights, nk);
     if (b > 1) {
         memra_moe_route_args one = a;
         one.b = 1;
@@ -531,19 +512,6 @@ static void kv_encode(int kv, const float *x, uint8_t *dst, int dh)
     }
 }
 
-/* Bit-identical f32 arrays (the attention ops' contract: attn_prep.h / attn_decode.h);
- * names the first differing element with both values. */
-static void attn_same_f32(const char *what, const float *got, const float *want, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        uint32_t x, y;
-        memcpy(&x, got + i, 4);
-        memcpy(&y, want + i, 4);
-        ck_assert_msg(x == y, "%s: first difference at %zu of %zu: gpu %.9g (0x%08x) cpu %.9g (0x%08x)", what, i, n,
-                      (double)got[i], x, (double)want[i], y);
-    }
-}
-
 /* ------------------------------------ attn_prep ------------------------------------- */
 
 static memra_attn_prep_args prep_dev(const memra_attn_prep_args *a, const regions *kc, const regions *vc)
@@ -602,7 +570,7 @@ static void prep_case(const attn_shape *sh, int kv, int b, int n_ctx, tu_rng *r)
     /* exact: the same norm order, the same exact_math.h angle, the same f32 sequence */
     char what[96];
     snprintf(what, sizeof what, "attn_prep %s kv %d b %d q", sh->name, kv, b);
-    attn_same_f32(what, q, a.q, nq);
+    gpu_expect_same_f32(what, q, a.q, nq);
     uint8_t *kb = halloc(kc.stride * (size_t)b), *vb = halloc(vc.stride * (size_t)b);
     regions_download(&vc, vb);
     check_same("attn_prep v cache (raw v: bit-identical)", vb, vc.h, vc.stride * (size_t)b);
@@ -740,7 +708,7 @@ static void decode_check(decode_case *c, float **o_out, uint8_t **yq_out)
     snprintf(what, sizeof what, "attn_decode %s kv %d b %d max_split %d", c->sh->name, c->kv, c->b, c->max_split);
     /* exact: the reference emulates the kernel's order (attn_decode.h), same exps, same
      * gate; then the same q8_1 quantizer */
-    attn_same_f32(what, o, a.o, nq);
+    gpu_expect_same_f32(what, o, a.o, nq);
     check_same(what, yq, a.y_q, nq / 32 * sizeof(memra_block_q8_1));
     check_q8_1_of(what, yq, o, (int64_t)nq);
     *o_out = o;
@@ -950,28 +918,14 @@ static void gdn_gpu(const gdn_case *c, const memra_gdn_step_args *a, const uint6
     d2h(yq, g.y_q, nq);
 }
 
-/* Bit-identical f32 (both sides follow gdn_step.h's canonical order: memcmp, no tolerance);
- * on failure names the first differing element with both values, as %.9g and as bits. */
-static void gdn_identical(const char *what, const char *part, const float *got, const float *want, size_t n)
-{
-    if (memcmp(got, want, n * sizeof(float)) == 0)
-        return;
-    size_t i = 0;
-    while (memcmp(got + i, want + i, sizeof(float)) == 0)
-        i++;
-    uint32_t x, y;
-    memcpy(&x, got + i, 4);
-    memcpy(&y, want + i, 4);
-    ck_abort_msg("%s %s: element %zu of %zu differs: gpu %.9g (0x%08x) ref %.9g (0x%08x)", what, part, i, n,
-                 (double)got[i], x, (double)want[i], y);
-}
-
 /* o and y_q equal the reference's bytes; y_q is also the quantization of the GPU's own o. */
 static void gdn_check_o(const gdn_case *c, const memra_gdn_step_args *a, const float *o, const uint8_t *yq,
                         const char *what)
 {
     const size_t n = (size_t)c->b * (size_t)c->cv;
-    gdn_identical(what, "o", o, a->o, n);
+    char w[160];
+    snprintf(w, sizeof w, "%s o", what);
+    gpu_expect_same_f32(w, o, a->o, n);
     check_q8_1_of(what, yq, o, (int64_t)n);
     check_same(what, yq, a->y_q, n / 32 * sizeof(memra_block_q8_1));
 }
@@ -983,11 +937,11 @@ static void gdn_check_state(const gdn_case *c, const char *what)
     regions_download(&c->conv, conv);
     regions_download(&c->ssm, ssm);
     check_same("gdn_step conv state (data movement: bit-identical)", conv, c->conv.h, c->conv.stride * (size_t)c->b);
-    char part[48];
+    char part[200];
     for (int i = 0; i < c->b; i++) {
-        snprintf(part, sizeof part, "ssm state row %d", i);
-        gdn_identical(what, part, (const float *)region_in(&c->ssm, ssm, i), (const float *)region_h(&c->ssm, i),
-                      c->ssm.bytes / sizeof(float));
+        snprintf(part, sizeof part, "%s ssm state row %d", what, i);
+        gpu_expect_same_f32(part, (const float *)region_in(&c->ssm, ssm, i), (const float *)region_h(&c->ssm, i),
+                            c->ssm.bytes / sizeof(float));
     }
     check_same(what, ssm, c->ssm.h, c->ssm.stride * (size_t)c->b);
 }
@@ -1473,35 +1427,18 @@ START_TEST(test_timing)
 }
 END_TEST
 
-/* One TCase per op (CK_RUN_CASE=attn_decode etc. selects one, e.g. under compute-sanitizer). */
-static void add_case(Suite *s, const char *name, const TTest *const *tests, int n)
-{
-    TCase *tc = tcase_create(name);
-    tcase_add_checked_fixture(tc, NULL, teardown_allocs);
-    tcase_set_timeout(tc, 600);
-    for (int i = 0; i < n; i++)
-        tcase_add_test(tc, tests[i]);
-    suite_add_tcase(s, tc);
-}
-
-#define ADD_CASE(s, name, ...)                                                                     \
-    do {                                                                                           \
-        const TTest *const t_[] = {__VA_ARGS__};                                                   \
-        add_case((s), (name), t_, (int)(sizeof t_ / sizeof t_[0]));                                \
-    } while (0)
-
 Suite *make_ops_gpu_suite(void)
 {
     Suite *s = suite_create("ops_gpu");
-    ADD_CASE(s, "embed", test_embed, test_embed_rejects);
-    ADD_CASE(s, "rms_norm_q8", test_rms_norm_q8);
-    ADD_CASE(s, "silu_mul_q8", test_silu_mul_q8, test_silu_mul_q8_isolation);
-    ADD_CASE(s, "moe_route", test_moe_route);
-    ADD_CASE(s, "attn_prep", test_attn_prep, test_attn_rejects);
-    ADD_CASE(s, "attn_decode", test_attn_decode, test_attn_decode_splits);
-    ADD_CASE(s, "gdn_step", test_gdn_step, test_gdn_rejects);
-    ADD_CASE(s, "sample", test_sample, test_sample_draws, test_sample_edges);
-    ADD_CASE(s, "exact_math", test_exact_math_gpu);
-    ADD_CASE(s, "timing", test_timing);
+    GPU_ADD_CASE(s, "embed", test_embed, test_embed_rejects);
+    GPU_ADD_CASE(s, "rms_norm_q8", test_rms_norm_q8);
+    GPU_ADD_CASE(s, "silu_mul_q8", test_silu_mul_q8, test_silu_mul_q8_isolation);
+    GPU_ADD_CASE(s, "moe_route", test_moe_route);
+    GPU_ADD_CASE(s, "attn_prep", test_attn_prep, test_attn_rejects);
+    GPU_ADD_CASE(s, "attn_decode", test_attn_decode, test_attn_decode_splits);
+    GPU_ADD_CASE(s, "gdn_step", test_gdn_step, test_gdn_rejects);
+    GPU_ADD_CASE(s, "sample", test_sample, test_sample_draws, test_sample_edges);
+    GPU_ADD_CASE(s, "exact_math", test_exact_math_gpu);
+    GPU_ADD_CASE(s, "timing", test_timing);
     return s;
 }
