@@ -97,7 +97,8 @@ static int plan_dir(const char *model, const char *dir, uint32_t n_stages)
 }
 
 /* path == NULL: forge the tiny preset; else plan the given model. */
-static void fix_setup(model_fix *f, const char *path)
+/* path: an existing model; NULL: forge `preset` (seed 7) into a temporary file. */
+static void fix_setup(model_fix *f, const char *path, const char *preset)
 {
     memset(f, 0, sizeof *f);
     if (!gpu_ok())
@@ -110,13 +111,13 @@ static void fix_setup(model_fix *f, const char *path)
         tu_tmp_path(f->path, sizeof f->path, ".gguf");
         memra_forge_opts o;
         memra_forge_opts_init(&o);
-        o.shape = memra_forge_preset("tiny");
+        o.shape = memra_forge_preset(preset);
         o.seed = 7;
         memra_err err;
         memra_err_clear(&err);
         f->forged = 1;
         if (memra_forge_write(&o, f->path, &err) != MEMRA_OK) {
-            fprintf(stderr, "forge tiny failed: %s\n", err.msg);
+            fprintf(stderr, "forge %s failed: %s\n", preset, err.msg);
             return;
         }
     }
@@ -137,7 +138,7 @@ static void fix_teardown(model_fix *f)
 
 static void tiny_setup(void)
 {
-    fix_setup(&g_tiny, NULL);
+    fix_setup(&g_tiny, NULL, "tiny");
 }
 static void tiny_teardown(void)
 {
@@ -147,7 +148,7 @@ static void big_setup(void)
 {
     const char *p = getenv("MEMRA_GPU_TEST_MODEL");
     if (p && *p)
-        fix_setup(&g_big, p);
+        fix_setup(&g_big, p, NULL);
     else
         memset(&g_big, 0, sizeof g_big);
 }
@@ -159,24 +160,7 @@ static void big_teardown(void)
 /* The forged tiny-moe preset (qwen35moe: 8 experts, top-2, a shared expert; Q4_K_M mix). */
 static void moe_setup(void)
 {
-    memset(&g_moe, 0, sizeof g_moe);
-    if (!gpu_ok())
-        return;
-    char path[512];
-    tu_tmp_path(path, sizeof path, "-moe.gguf");
-    memra_forge_opts o;
-    memra_forge_opts_init(&o);
-    o.shape = memra_forge_preset("tiny-moe");
-    o.seed = 7;
-    memra_err err;
-    memra_err_clear(&err);
-    if (memra_forge_write(&o, path, &err) != MEMRA_OK) {
-        fprintf(stderr, "forge tiny-moe failed: %s\n", err.msg);
-        unlink(path);
-        return;
-    }
-    fix_setup(&g_moe, path);
-    g_moe.forged = 1;
+    fix_setup(&g_moe, NULL, "tiny-moe");
 }
 static void moe_teardown(void)
 {
