@@ -1518,6 +1518,24 @@ static int32_t sample64(const float *l, int32_t n, const memra_sample_params *p)
     return tok;
 }
 
+typedef int32_t (*sample_oracle)(const float *l, int32_t n, const memra_sample_params *p);
+
+/* The reference's token equals the oracle's for every params row and steps 0..steps-1 of the
+ * seed `seed` (the step varies the draw). */
+static void sample_sweep(const float *l, int32_t V, const memra_sample_params *ps, size_t n_ps,
+                         uint64_t seed, uint64_t steps, sample_oracle oracle)
+{
+    for (size_t pi = 0; pi < n_ps; pi++)
+        for (uint64_t step = 0; step < steps; step++) {
+            memra_sample_params p = ps[pi];
+            p.seed = seed;
+            p.step = step;
+            const int32_t got = memra_sample_row_ref(l, V, &p), want = oracle(l, V, &p);
+            ck_assert_msg(got == want, "V %d params %zu step %llu: got %d want %d", V, pi,
+                          (unsigned long long)step, got, want);
+        }
+}
+
 START_TEST(test_sample_rule)
 {
     static const memra_sample_params ps[] = {
@@ -1531,15 +1549,7 @@ START_TEST(test_sample_rule)
     for (size_t vi = 0; vi < sizeof vs / sizeof vs[0]; vi++) {
         const int32_t V = vs[vi];
         float *l = rand_vec(&r, (size_t)V, 2.0f);
-        for (size_t pi = 0; pi < sizeof ps / sizeof ps[0]; pi++)
-            for (uint64_t step = 0; step < 40; step++) {
-                memra_sample_params p = ps[pi];
-                p.seed = 1000 + vi;
-                p.step = step;
-                const int32_t got = memra_sample_row_ref(l, V, &p), want = sample64(l, V, &p);
-                ck_assert_msg(got == want, "V %d params %zu step %llu: got %d want %d", V, pi,
-                              (unsigned long long)step, got, want);
-            }
+        sample_sweep(l, V, ps, sizeof ps / sizeof ps[0], 1000 + vi, 40, sample64);
         free(l);
     }
 }
@@ -1660,15 +1670,7 @@ START_TEST(test_sample_integer_rule)
             l[i] = l[(i * 7) % V]; /* ties */
         if (V > 10)
             l[3] = NAN;
-        for (size_t pi = 0; pi < sizeof ps / sizeof ps[0]; pi++)
-            for (uint64_t step = 0; step < 12; step++) {
-                memra_sample_params p = ps[pi];
-                p.seed = 77 + vi;
-                p.step = step;
-                const int32_t got = memra_sample_row_ref(l, V, &p), want = sample_int_rule(l, V, &p);
-                ck_assert_msg(got == want, "V %d params %zu step %llu: got %d want %d", V, pi,
-                              (unsigned long long)step, got, want);
-            }
+        sample_sweep(l, V, ps, sizeof ps / sizeof ps[0], 77 + vi, 12, sample_int_rule);
         free(l);
     }
 }
