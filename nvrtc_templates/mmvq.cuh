@@ -337,6 +337,37 @@ MEMRA_DEV void block_kq(const u8 *w0, const u8 *w1, const u8 *a, i64 rs, i64 kq,
 }
 
 /* ------------------------------------- Q6_K ------------------------------------------- */
+/* q6_K sub-block c of the tile's rows w[0] (output g) and w[1] (output g + 8), for lane t:
+ * the signed (q - 32) codes of its elements 4t.. (clo) and 16 + 4t.. (chi), packed four to a
+ * word, and with SC the two int8 scales of the sub-block (s0, s1). ql / qh hold a half's loads
+ * across its four quarters (loaded when k == 0). Shared by block_q6k and block_q6k_lk. */
+template <bool SC>
+MEMRA_DEV void q6k_codes(const u8 *(&w)[2], int c, int t, u32 (&ql)[2][4], u32 (&qh)[2][2],
+                         u32 (&clo)[2], u32 (&chi)[2], i32 (&s0)[2], i32 (&s1)[2])
+{
+    const int n = c >> 2, k = c & 3;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        if (k == 0) {
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                ql[r][i] = ld_u32<2>(w[r] + 64 * n + 16 * i + 4 * t);
+            qh[r][0] = ld_u32<2>(w[r] + 128 + 32 * n + 4 * t);
+            qh[r][1] = ld_u32<2>(w[r] + 128 + 32 * n + 16 + 4 * t);
+        }
+        const int sh = k >= 2 ? 4 : 0;
+        const u32 lo = (ql[r][2 * (k & 1)] >> sh) & 0x0F0F0F0Fu;
+        const u32 hi = (ql[r][2 * (k & 1) + 1] >> sh) & 0x0F0F0F0Fu;
+        clo[r] = sub32(lo | (((qh[r][0] >> (2 * k)) & 0x03030303u) << 4));
+        chi[r] = sub32(hi | (((qh[r][1] >> (2 * k)) & 0x03030303u) << 4));
+        if (SC) {
+            const u32 sc = ld_u16<2>(w[r] + 192 + 2 * c);
+            s0[r] = (i32)(i8)(u8)sc;
+            s1[r] = (i32)(i8)(u8)(sc >> 8);
+        }
+    }
+}
+
 /*
  * X_k = sc_2k · S_lo + sc_2k+1 · S_hi (int32, |X_k| <= 2^24), A_k = d_a(k) × f(X_k),
  * r = d × tree8(A) (quant.c §9). Sub-block c (32 elements) is half n = c / 4, k = c % 4:
@@ -354,27 +385,9 @@ MEMRA_DEV void block_q6k(const u8 *w0, const u8 *w1, const u8 *a, i64 rs, i64 kq
     float da[NT][2], st[NT][4][3];
 #pragma unroll
     for (int c = 0; c < 8; c++) {
-        const int n = c >> 2, k = c & 3;
         u32 clo[2], chi[2];
         i32 s0[2], s1[2];
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            if (k == 0) {
-#pragma unroll
-                for (int i = 0; i < 4; i++)
-                    ql[r][i] = ld_u32<2>(w[r] + 64 * n + 16 * i + 4 * t);
-                qh[r][0] = ld_u32<2>(w[r] + 128 + 32 * n + 4 * t);
-                qh[r][1] = ld_u32<2>(w[r] + 128 + 32 * n + 16 + 4 * t);
-            }
-            const int sh = k >= 2 ? 4 : 0;
-            const u32 lo = (ql[r][2 * (k & 1)] >> sh) & 0x0F0F0F0Fu;
-            const u32 hi = (ql[r][2 * (k & 1) + 1] >> sh) & 0x0F0F0F0Fu;
-            clo[r] = sub32(lo | (((qh[r][0] >> (2 * k)) & 0x03030303u) << 4));
-            chi[r] = sub32(hi | (((qh[r][1] >> (2 * k)) & 0x03030303u) << 4));
-            const u32 sc = ld_u16<2>(w[r] + 192 + 2 * c);
-            s0[r] = (i32)(i8)(u8)sc;
-            s1[r] = (i32)(i8)(u8)(sc >> 8);
-        }
+        q6k_codes<true>(w, c, t, ql, qh, clo, chi, s0, s1);
         load_q8<B>(a, rs, kq + c, g, t, bf, da);
 #pragma unroll
         for (int nt = 0; nt < NT; nt++) {
@@ -613,23 +626,9 @@ MEMRA_DEV void block_q6k_lk(const u8 *w0, const u8 *w1, const u8 *a, i64 rs, i64
     i32 Sl[KPL][4], Sh[KPL][4];
 #pragma unroll
     for (int c = 0; c < 8; c++) {
-        const int n = c >> 2, k = c & 3;
         u32 clo[2], chi[2], b0, b1;
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            if (k == 0) {
-#pragma unroll
-                for (int i = 0; i < 4; i++)
-                    ql[r][i] = ld_u32<2>(w[r] + 64 * n + 16 * i + 4 * t);
-                qh[r][0] = ld_u32<2>(w[r] + 128 + 32 * n + 4 * t);
-                qh[r][1] = ld_u32<2>(w[r] + 128 + 32 * n + 16 + 4 * t);
-            }
-            const int sh = k >= 2 ? 4 : 0;
-            const u32 lo = (ql[r][2 * (k & 1)] >> sh) & 0x0F0F0F0Fu;
-            const u32 hi = (ql[r][2 * (k & 1) + 1] >> sh) & 0x0F0F0F0Fu;
-            clo[r] = sub32(lo | (((qh[r][0] >> (2 * k)) & 0x03030303u) << 4));
-            chi[r] = sub32(hi | (((qh[r][1] >> (2 * k)) & 0x03030303u) << 4));
-        }
+        i32 s0_[2], s1_[2]; /* unused: the lane-owned path reads the scales itself */
+        q6k_codes<false>(w, c, t, ql, qh, clo, chi, s0_, s1_);
         lk_load_b<B>(a, rs, kq + c, g, t, b0, b1);
         i32 Slo[4], Shi[4];
         mma_k16(Slo, clo[0], clo[1], b0);
