@@ -9,6 +9,7 @@ memra_area(ops SOURCES kernels/ref/ref_common.c kernels/ref/embed.c kernels/ref/
            kernels/ref/mmvq.c kernels/ref/attn_prep.c kernels/ref/attn_decode.c
            kernels/ref/gdn_step.c kernels/ref/silu_mul_q8.c kernels/ref/moe_route.c
            kernels/ref/mmvq_moe.c kernels/ref/moe_down.c kernels/ref/sample.c
+           kernels/ref/synth_fill.c
            DEPS memra_quant memra_base
            TESTS tests/test_ops.c)
 memra_area(cpu SOURCES runtime/slots.c runtime/tick.c runtime/bind.c runtime/backend_cpu.c

@@ -50,4 +50,15 @@ typedef struct memra_synth_fill_args {
     int32_t pad_;
 } memra_synth_fill_args;
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+/* CPU fill (kernels/ref/synth_fill.c; the CUDA one is memra_synth_fill_cuda, cuda_ops.h):
+ * MEMRA_OK, or MEMRA_ERR_INVALID_ARG for a null dst, another dtype, or bytes that are not
+ * whole elements (q8_0: whole 34-byte blocks). */
+int memra_synth_fill_ref(const memra_synth_fill_args *a);
+#ifdef __cplusplus
+}
+#endif
+
 #endif

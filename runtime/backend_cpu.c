@@ -344,30 +344,6 @@ uint32_t memra_cpu_session_pos(const memra_cpu_backend *be, uint32_t session)
 
 /* ================================ synthetic history ================================= */
 
-/* Fill the first `bytes` of region r (of memra_slot_region reg) at dst. */
-static void synth_fill(uint8_t *dst, const memra_slot_region *reg, uint32_t r, uint64_t bytes,
-                       uint64_t seed)
-{
-    if (reg->dtype == MEMRA_DT_F32) {
-        const float amp = reg->kind == MEMRA_SK_SSM ? 0.25f : 1.0f;
-        float *f = (float *)dst; /* [bytes / 4] */
-        for (uint64_t i = 0; i < bytes / 4; i++)
-            f[i] = amp * memra_synth_value(seed, r, i);
-    } else if (reg->dtype == MEMRA_DT_F16) {
-        uint16_t *h = (uint16_t *)dst; /* [bytes / 2] */
-        for (uint64_t i = 0; i < bytes / 2; i++)
-            h[i] = memra_f32_to_fp16(memra_synth_value(seed, r, i));
-    } else if (reg->dtype == MEMRA_DT_Q8_0) {
-        const uint16_t d = memra_f32_to_fp16(1.0f / 127.0f);
-        for (uint64_t j = 0; j < bytes / 34; j++) { /* 34-byte blocks: fp16 d, int8 qs[32] */
-            uint8_t *blk = dst + j * 34;
-            memcpy(blk, &d, 2);
-            for (uint32_t k = 0; k < 32; k++)
-                blk[2 + k] = (uint8_t)(int8_t)lrintf(127.0f * memra_synth_value(seed, r, j * 32 + k));
-        }
-    }
-}
-
 int memra_cpu_session_fill_synthetic(memra_cpu_backend *be, uint32_t session, uint32_t pos,
                                      uint64_t seed, memra_err *err)
 {
@@ -377,14 +353,13 @@ int memra_cpu_session_fill_synthetic(memra_cpu_backend *be, uint32_t session, ui
         return MEMRA_FAIL(err, MEMRA_ERR_INVALID_ARG, "synthetic position %u: a session holds "
                           "n_ctx = %u tokens", pos, be->opts.n_ctx);
     for (uint32_t r = 0; r < be->layout.n_regions; r++) {
-        const memra_slot_region *reg = &be->layout.regions[r];
-        uint8_t *base = (uint8_t *)(uintptr_t)memra_slot_region_addr(&be->pool, session, r);
-        if (reg->kind == MEMRA_SK_KV_K || reg->kind == MEMRA_SK_KV_V)
-            synth_fill(base, reg, r, (uint64_t)pos * reg->unit_bytes, seed);
-        else if (pos == 0)
-            memset(base, 0, reg->bytes);
-        else
-            synth_fill(base, reg, r, reg->bytes, seed);
+        void *base = (void *)(uintptr_t)memra_slot_region_addr(&be->pool, session, r);
+        memra_synth_fill_args a;
+        if (!memra_slot_synth_fill(&be->layout, r, pos, seed, base, &a))
+            memset(base, 0, be->layout.regions[r].bytes);
+        else if (memra_synth_fill_ref(&a) != MEMRA_OK)
+            return MEMRA_FAIL(err, MEMRA_ERR_INTERNAL, "synthetic history: region %s has dtype %d",
+                              be->layout.regions[r].name, a.dtype);
     }
     be->sessions[session].pos = pos;
     return MEMRA_OK;

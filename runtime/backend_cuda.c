@@ -1051,22 +1051,14 @@ int memra_cuda_session_fill_synthetic(memra_cuda_backend *be, uint32_t session, 
     for (uint32_t r = 0; r < be->layout.n_regions; r++) {
         const memra_slot_region *reg = &be->layout.regions[r];
         void *base = (void *)(uintptr_t)memra_slot_region_addr(&be->pool, session, r);
-        const int kv = reg->kind == MEMRA_SK_KV_K || reg->kind == MEMRA_SK_KV_V;
-        if (!kv && pos == 0) {
+        memra_synth_fill_args a;
+        if (!memra_slot_synth_fill(&be->layout, r, pos, seed, base, &a)) {
             const cudaError_t e = cudaMemsetAsync(base, 0, reg->bytes, be->stream);
             if (e != cudaSuccess)
                 return memra_cudart_fail(err, e, "cudaMemsetAsync(synthetic state)", __FILE__,
                                          __LINE__);
             continue;
         }
-        const memra_synth_fill_args a = {
-            .dst = base,
-            .bytes = kv ? (uint64_t)pos * reg->unit_bytes : reg->bytes,
-            .seed = seed,
-            .region = r,
-            .dtype = (int32_t)reg->dtype,
-            .amp = reg->kind == MEMRA_SK_SSM ? 0.25f : 1.0f,
-        };
         const int rc = memra_synth_fill_cuda(&a, be->stream);
         if (rc != MEMRA_OK)
             return MEMRA_FAIL(err, rc, "synthetic history, region %s: %s", reg->name,

@@ -175,3 +175,21 @@ uint64_t memra_slot_region_addr(const memra_slot_pool *p, uint32_t slot, uint32_
     const memra_slot_region *reg = &p->layout->regions[r];
     return p->base[reg->stage] + (uint64_t)slot * p->layout->slot_bytes[reg->stage] + reg->offset;
 }
+
+int memra_slot_synth_fill(const memra_slot_layout *l, uint32_t r, uint32_t pos, uint64_t seed,
+                          void *dst, memra_synth_fill_args *a)
+{
+    const memra_slot_region *reg = &l->regions[r];
+    const int kv = reg->kind == MEMRA_SK_KV_K || reg->kind == MEMRA_SK_KV_V;
+    if (!kv && pos == 0)
+        return 0;
+    *a = (memra_synth_fill_args){
+        .dst = dst,
+        .bytes = kv ? (uint64_t)pos * reg->unit_bytes : reg->bytes,
+        .seed = seed,
+        .region = r,
+        .dtype = (int32_t)reg->dtype,
+        .amp = reg->kind == MEMRA_SK_SSM ? 0.25f : 1.0f,
+    };
+    return 1;
+}

@@ -25,6 +25,7 @@
 
 #include "err.h"
 #include "plan.h"
+#include "synth_fill.h"
 
 #define MEMRA_SLOT_ALIGN 256     /* region alignment inside a slot (as the arena) */
 #define MEMRA_SLOT_MAX_CTX (1u << 24)
@@ -82,6 +83,14 @@ int memra_slot_pool_acquire(memra_slot_pool *p, uint32_t *slot, memra_err *err);
 /* MEMRA_ERR_INVALID_ARG when slot is not in use. */
 int memra_slot_pool_release(memra_slot_pool *p, uint32_t slot, memra_err *err);
 int memra_slot_pool_in_use(const memra_slot_pool *p, uint32_t slot);
+
+/* The synthetic history of region r at position pos (memra-bench; the contract of
+ * memra_cpu_session_fill_synthetic): 0 when the region is to be zeroed (recurrent state at
+ * pos 0, as at admission), else 1 with *a the fill of its first a->bytes at dst (KV: tokens
+ * [0, pos); recurrent: the whole region, the delta-rule state at amplitude 1/4). Both
+ * backends take their fills from here, so they write the same bytes. */
+int memra_slot_synth_fill(const memra_slot_layout *l, uint32_t r, uint32_t pos, uint64_t seed,
+                          void *dst, memra_synth_fill_args *a);
 
 /* Address of region r of slot (slot <= n_slots: n_slots is the scratch slot). */
 uint64_t memra_slot_region_addr(const memra_slot_pool *p, uint32_t slot, uint32_t r);

@@ -30,7 +30,9 @@
 #include "cuda_ops.h"
 #include "exact_math.h"
 #include "memra.h"
+#include "ops.h"
 #include "quant.h"
+#include "synth_fill.h"
 #include "gpu/gpu_ops_util.h"
 #include "test_util.h"
 
@@ -1427,6 +1429,40 @@ START_TEST(test_timing)
 }
 END_TEST
 
+/* ===================================== synth_fill ==================================== */
+
+/* The benchmarks' synthetic history: the device fill writes the CPU fill's bytes (the
+ * contract of memra_cuda_session_fill_synthetic), for every dtype a slot region has, with
+ * the delta-rule amplitude, an odd length and the q8_0 block layout. */
+START_TEST(test_synth_fill)
+{
+    GPU_OR_SKIP();
+    static const struct {
+        int32_t dtype;
+        uint64_t bytes;
+        float amp;
+    } cs[] = {{MEMRA_DT_F32, 4 * 4099, 1.0f}, {MEMRA_DT_F32, 4 * 1000, 0.25f},
+              {MEMRA_DT_F16, 2 * 4097, 1.0f}, {MEMRA_DT_Q8_0, 34 * 129, 1.0f}};
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+        memra_synth_fill_args a = {.bytes = cs[i].bytes, .seed = 42 + i, .region = (uint32_t)(3 * i),
+                                   .dtype = cs[i].dtype, .amp = cs[i].amp};
+        a.dst = halloc(a.bytes);
+        ck_assert_int_eq(memra_synth_fill_ref(&a), MEMRA_OK);
+        const void *want = a.dst;
+        void *got = halloc(a.bytes);
+        a.dst = dalloc(a.bytes);
+        poison(a.dst, a.bytes);
+        CK_OP(memra_synth_fill_cuda(&a, 0));
+        d2h(got, a.dst, a.bytes);
+        char what[64];
+        snprintf(what, sizeof what, "synth_fill case %zu (dtype %d)", i, (int)cs[i].dtype);
+        check_same(what, got, want, a.bytes);
+    }
+    memra_synth_fill_args bad = {.dst = dalloc(40), .bytes = 33, .dtype = MEMRA_DT_Q8_0};
+    ck_assert_int_eq(memra_synth_fill_cuda(&bad, 0), MEMRA_ERR_INVALID_ARG);
+}
+END_TEST
+
 Suite *make_ops_gpu_suite(void)
 {
     Suite *s = suite_create("ops_gpu");
@@ -1439,6 +1475,7 @@ Suite *make_ops_gpu_suite(void)
     GPU_ADD_CASE(s, "gdn_step", test_gdn_step, test_gdn_rejects);
     GPU_ADD_CASE(s, "sample", test_sample, test_sample_draws, test_sample_edges);
     GPU_ADD_CASE(s, "exact_math", test_exact_math_gpu);
+    GPU_ADD_CASE(s, "synth_fill", test_synth_fill);
     GPU_ADD_CASE(s, "timing", test_timing);
     return s;
 }
