@@ -31,7 +31,8 @@
 #define MEMRA_GC static __host__ __device__ __forceinline__
 #else
 #include <math.h>
-#include <string.h>
+
+#include "ref/ref_common.h"
 #define MEMRA_GC static inline
 #endif
 
@@ -89,28 +90,8 @@ MEMRA_GC float memra_gdn_gate(float o, float scale, float w, float z)
 /* ------------------------- whole vectors: CPU emulation (host) ------------------------ */
 #ifndef __CUDACC__
 
-/* The xor butterfly over 32 lane partials; returns lane 0's (= every lane's) value. */
-static inline float memra_gdn_bfly_f32(float p[32])
-{
-    for (int off = 16; off >= 1; off >>= 1) {
-        float t[32];
-        for (int l = 0; l < 32; l++)
-            t[l] = p[l] + p[l ^ off];
-        memcpy(p, t, sizeof t);
-    }
-    return p[0];
-}
-
-static inline double memra_gdn_bfly_f64(double p[32])
-{
-    for (int off = 16; off >= 1; off >>= 1) {
-        double t[32];
-        for (int l = 0; l < 32; l++)
-            t[l] = p[l] + p[l ^ off];
-        memcpy(p, t, sizeof t);
-    }
-    return p[0];
-}
+/* The xor butterfly over 32 lane partials (BFLY above) is ref_common's kref_warp_sum_f32 /
+ * kref_warp_sum_f64: lane 0's value, which every lane ends with. */
 
 /* sum_i x_i y_i over a dk-vector, f32: lane (i / 4) % 32 partials, then the butterfly. */
 static inline float memra_gdn_dot(const float *x, const float *y, int64_t n)
@@ -118,7 +99,7 @@ static inline float memra_gdn_dot(const float *x, const float *y, int64_t n)
     float p[32] = {0};
     for (int64_t i = 0; i < n; i++)
         p[(i >> 2) & 31] += x[i] * y[i];
-    return memra_gdn_bfly_f32(p);
+    return kref_warp_sum_f32(p);
 }
 
 /* sum_i x_i^2 over a dk-vector, f64 (exact squares): lane (i / 4) % 32, then the butterfly. */
@@ -127,7 +108,7 @@ static inline double memra_gdn_ss_dk(const float *x, int64_t n)
     double p[32] = {0};
     for (int64_t i = 0; i < n; i++)
         p[(i >> 2) & 31] += (double)x[i] * (double)x[i];
-    return memra_gdn_bfly_f64(p);
+    return kref_warp_sum_f64(p);
 }
 
 /* sum_j x_j^2 over a dv-vector, f64: lane j % 32, then the butterfly. */
@@ -136,7 +117,7 @@ static inline double memra_gdn_ss_dv(const float *x, int64_t n)
     double p[32] = {0};
     for (int64_t j = 0; j < n; j++)
         p[j & 31] += (double)x[j] * (double)x[j];
-    return memra_gdn_bfly_f64(p);
+    return kref_warp_sum_f64(p);
 }
 
 /* L2 norm of a dk-vector (q or k of one key head); y may alias x. */
