@@ -56,6 +56,10 @@
 
 /* Keys per split below which a row uses fewer splits; warps per split CTA. */
 #define MEMRA_ATTN_SPLIT_KEYS 64
+/* The split bound the engine's plans use (max_split): part of attention's summation order,
+ * so the reference model uses it too and it is the same at every tier. The planner gives it
+ * to plan scripts as host.attn_max_split. */
+#define MEMRA_ATTN_MAX_SPLIT 128
 #define MEMRA_ATTN_WARPS 4
 /* Fast-kernel geometry (compile-time in the kernel, run-time in the reference). */
 #define MEMRA_ATTN_VPL(dh) ((dh) > 256 ? (dh) / 256 : 1)

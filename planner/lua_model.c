@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "attn_decode.h"
 #include "ops.h"
 #include "plan.h"
 #include "qtype.h"
@@ -324,6 +325,8 @@ static void push_host(lua_State *L)
     lua_setfield(L, -2, "catalog_hash");
     lua_pushinteger(L, MEMRA_PLAN_ALIGN);
     lua_setfield(L, -2, "align");
+    lua_pushinteger(L, MEMRA_ATTN_MAX_SPLIT); /* part of attention's order (attn_decode.h) */
+    lua_setfield(L, -2, "attn_max_split");
 }
 
 /* Runs under lua_pcall: an allocation failure while building the tables is an error code,

@@ -32,7 +32,7 @@ local dsl = import("dsl")
 
 local M = {}
 
-local MAX_SPLIT = 128 -- = MEMRA_REF_ATTN_MAX_SPLIT (runtime/refmodel.h; tested)
+local MAX_SPLIT = host.attn_max_split -- MEMRA_ATTN_MAX_SPLIT (kernels/attn_decode.h)
 
 -- =================================== hyperparameters ===================================
 

@@ -84,7 +84,7 @@ void memra_ref_attention(const memra_ref_attn_args *a)
         memra_attn_head(a->q + i * dh, (const uint8_t *)(a->k_cache + j * dh),
                         (const uint8_t *)(a->v_cache + j * dh),
                         (uint64_t)kv_stride * sizeof(uint16_t), MEMRA_QT_F16, (int32_t)a->n_kv,
-                        (int32_t)dh, (int32_t)group, MEMRA_REF_ATTN_MAX_SPLIT, scale,
+                        (int32_t)dh, (int32_t)group, MEMRA_ATTN_MAX_SPLIT, scale,
                         a->out + i * dh);
     }
 }

@@ -38,11 +38,6 @@
 #include "gguf.h"
 #include "qwen35.h"
 
-/* attn_decode's split bound in the plans (plans/qwen35.lua MAX_SPLIT): part of attention's
- * summation order, so the reference model uses the same (tests/test_backend_cpu.c checks the
- * planner's value against this). */
-#define MEMRA_REF_ATTN_MAX_SPLIT 128
-
 typedef struct memra_ref_model memra_ref_model;
 typedef struct memra_ref_seq memra_ref_seq;
 

@@ -24,6 +24,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "attn_decode.h"
 #include "backend_cpu.h"
 #include "forge.h"
 #include "planner.h"
@@ -248,7 +249,7 @@ START_TEST(test_plan_max_split_is_refmodels)
         if (l->op != MEMRA_OP_ATTN_DECODE)
             continue;
         seen++;
-        ck_assert_int_eq(l->args[MEMRA_ATTN_DECODE_MAX_SPLIT].i, MEMRA_REF_ATTN_MAX_SPLIT);
+        ck_assert_int_eq(l->args[MEMRA_ATTN_DECODE_MAX_SPLIT].i, MEMRA_ATTN_MAX_SPLIT);
     }
     memra_plan_free(p);
     memra_gguf_close(g);
