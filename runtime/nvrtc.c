@@ -687,19 +687,6 @@ int memra_kernel_get(memra_kernel_cache *kc, const char *key, CUfunction *fn, me
 
 /* ================================ 7. mmvq launch geometry ================================= */
 
-/* P of the canonical summation order (kernels/mmvq.h memra_mmvq_parts): a function of n_in
- * only, so the GPU and the CPU reference (which knows nothing of tiles, merged launches or
- * tiers) reduce every output in the same order. A CUDA block of 8 warps runs 8 / P tiles,
- * one warp per (tile, part): P = 8 for n_in >= 4096 puts 2 048 warps on a 4096 x 4096
- * weight (15.5 per SM of an H200), each streaming 2 of the 16 steps. n_out and n_w are
- * unused (kept for the API). */
-int memra_mmvq_auto_ksplit(int n_in, const int *n_out, int n_w)
-{
-    (void)n_out;
-    (void)n_w;
-    return memra_mmvq_parts(n_in);
-}
-
 static int mmvq_check_out(const memra_mmvq_out *o, int i, int n_in, memra_err *err)
 {
     mmvq_geom g;
@@ -736,7 +723,6 @@ int memra_mmvq_prepare(const memra_mmvq_args *args, int sm, int ksplit, memra_mm
                           ksplit);
     memset(out, 0, sizeof *out);
     memra_kernel_spec spec = {.tpl = MEMRA_TPL_MMVQ, .sm = sm, .b = args->b, .n_qt = args->n_w};
-    int n_out[MEMRA_MMVQ_MAX_OUT];
     long tiles = 0;
     for (int i = 0; i < args->n_w; i++) {
         const memra_mmvq_out *o = &args->out[i];
@@ -744,13 +730,17 @@ int memra_mmvq_prepare(const memra_mmvq_args *args, int sm, int ksplit, memra_mm
         if (rc != MEMRA_OK)
             return rc;
         spec.qt[i] = o->qtype;
-        n_out[i] = o->n_out;
         tiles += (o->n_out + MEMRA_MMVQ_ROWS - 1) / MEMRA_MMVQ_ROWS;
         out->params.out[i] = (memra_mmvq_out_params){.w = o->w, .scale = o->scale, .y = o->y,
                                                      .row_bytes = o->row_bytes,
                                                      .n_out = o->n_out, .mode = o->mode};
     }
-    const int ks = ksplit ? ksplit : memra_mmvq_auto_ksplit(args->n_in, n_out, args->n_w);
+    /* P of the canonical summation order (kernels/mmvq.h memra_mmvq_parts): a function of
+     * n_in only, so the GPU and the CPU reference (which knows nothing of tiles, merged
+     * launches or tiers) reduce every output in the same order. A CUDA block of 8 warps runs
+     * 8 / P tiles, one warp per (tile, part): P = 8 for n_in >= 4096 puts 2 048 warps on a
+     * 4096 x 4096 weight (15.5 per SM of an H200), each streaming 2 of the 16 steps. */
+    const int ks = ksplit ? ksplit : memra_mmvq_parts(args->n_in);
     int rc = memra_kernel_spec_key(&spec, out->key, sizeof out->key, err);
     if (rc != MEMRA_OK)
         return rc;

@@ -113,13 +113,9 @@ typedef struct memra_mmvq_launch {
     memra_mmvq_params params;       /* the kernel's only parameter */
 } memra_mmvq_launch;
 
-/* K split of a launch = memra_mmvq_parts(n_in) (kernels/mmvq.h): the P of the canonical
- * summation order, a function of n_in only (never of the tier, n_out or the merged weights),
- * so every output is bit-identical to the CPU reference memra_mmvq_dot. */
-int memra_mmvq_auto_ksplit(int n_in, const int *n_out, int n_w);
-
 /* Validates args (kernels/mmvq.h) and fills the launch: key for sm, grid, parameters.
- * ksplit = 0 picks memra_mmvq_auto_ksplit (the canonical order; what the backend uses); 1, 2,
+ * ksplit = 0 picks memra_mmvq_parts(n_in) (kernels/mmvq.h: the canonical order, a function
+ * of n_in only, so every output equals memra_mmvq_dot's; what the backend uses); 1, 2,
  * 4 or 8 forces another order (tests of the combine path only: not CPU-exact). Weights must be
  * 16-byte aligned and every row_bytes must equal the qtype's bytes for n_in elements. */
 int memra_mmvq_prepare(const memra_mmvq_args *args, int sm, int ksplit, memra_mmvq_launch *out,

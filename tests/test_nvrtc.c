@@ -189,10 +189,12 @@ START_TEST(test_mmvq_prepare)
         ck_assert_int_eq(memra_mmvq_prepare(&a, 90, 0, &l, &e), MEMRA_OK);
         ck_assert_int_eq(l.params.ksplit, 8);
     }
-    const int big[1] = {434176}, small[1] = {512};
-    ck_assert_int_eq(memra_mmvq_auto_ksplit(4096, big, 1), 8);
-    ck_assert_int_eq(memra_mmvq_auto_ksplit(4096, small, 1), 8);
-    ck_assert_int_eq(memra_mmvq_auto_ksplit(256, small, 1), 1); /* one 256-step: no split */
+    memra_mmvq_args few = mmvq_args(MEMRA_QT_Q4_K, 4096, 16, 1); /* one tile: still 8 parts */
+    ck_assert_int_eq(memra_mmvq_prepare(&few, 90, 0, &l, &e), MEMRA_OK);
+    ck_assert_int_eq(l.params.ksplit, 8);
+    few = mmvq_args(MEMRA_QT_Q4_K, 256, 16, 1); /* one 256-step: no split */
+    ck_assert_int_eq(memra_mmvq_prepare(&few, 90, 0, &l, &e), MEMRA_OK);
+    ck_assert_int_eq(l.params.ksplit, 1);
     static const int parts[][2] = {{32, 1},   {511, 1},   {512, 1},   {1023, 1}, {1024, 2},
                                    {2048, 4}, {3072, 4},  {4096, 8},  {12288, 8}, {14336, 8}};
     for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
