@@ -13,21 +13,22 @@ namespace {
 
 __global__ void __launch_bounds__(256) synth_fill_kernel(memra_synth_fill_args a, uint64_t n)
 {
+    /* n items: elements (f32, f16) or whole 34-byte blocks (q8_0, one thread per block, as
+     * the CPU loop writes them: d, then qs[0..31]) */
     for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < n;
          i += (uint64_t)gridDim.x * blockDim.x) {
         if (a.dtype == 0) { /* f32 */
             ((float *)a.dst)[i] = a.amp * memra_synth_value(a.seed, a.region, i);
         } else if (a.dtype == 1) { /* f16 */
             ((u16 *)a.dst)[i] = dev_f32_to_fp16(memra_synth_value(a.seed, a.region, i));
-        } else { /* q8_0: element i of block i / 32 */
-            u8 *blk = (u8 *)a.dst + (i / 32) * 34;
-            if (i % 32 == 0) {
-                const u16 d = dev_f32_to_fp16(1.0f / 127.0f);
-                blk[0] = (u8)d;
-                blk[1] = (u8)(d >> 8);
+        } else { /* q8_0 block i: elements 32i..32i+31 */
+            u8 *blk = (u8 *)a.dst + i * 34;
+            blk[0] = (u8)(MEMRA_SYNTH_Q8_D & 0xFF);
+            blk[1] = (u8)(MEMRA_SYNTH_Q8_D >> 8);
+            for (int k = 0; k < 32; k++) {
+                const float v = 127.0f * memra_synth_value(a.seed, a.region, i * 32 + (uint64_t)k);
+                blk[2 + k] = (u8)(signed char)__float2int_rn(v);
             }
-            const float v = 127.0f * memra_synth_value(a.seed, a.region, i);
-            blk[2 + i % 32] = (u8)(signed char)__float2int_rn(v);
         }
     }
 }
@@ -44,7 +45,7 @@ extern "C" int memra_synth_fill_cuda(const memra_synth_fill_args *a, cudaStream_
     else if (a->dtype == 1 && a->bytes % 2 == 0)
         n = a->bytes / 2;
     else if (a->dtype == 4 && a->bytes % 34 == 0)
-        n = a->bytes / 34 * 32;
+        n = a->bytes / 34; /* blocks */
     else
         return cuda_ops_invalid("synth_fill: dtype is not f32/f16/q8_0 or bytes is not whole elements");
     if (n == 0)

@@ -7,7 +7,7 @@
  *   h = splitmix64_mix(seed + (r + 1) * 0x9E3779B97F4A7C15 + i * 0xD1B54A32D192ED03)
  *   v = (h >> 40) * 2^-24 * 2 - 1                      (uniform in [-1, 1), exact in f32)
  *   f32 regions: amp * v (amp = 1/4 for the delta-rule state, 1 otherwise);
- *   f16: fp16_RN(v);  q8_0 block j (elements 32j..32j+31): d = fp16_RN(1/127),
+ *   f16: fp16_RN(v);  q8_0 block j (elements 32j..32j+31): d = MEMRA_SYNTH_Q8_D,
  *   qs[k] = (int8) round-half-even(127 v).
  * Must not: depend on the slot, the backend or the device (same seed, same bytes).
  */
@@ -38,6 +38,13 @@ MEMRA_SF float memra_synth_value(uint64_t seed, uint32_t r, uint64_t i)
 }
 
 #undef MEMRA_SF
+
+/* The q8_0 scale of every synthetic block: fp16_RN(1/127) = 0x2008, as bits. A unit test
+ * checks it against memra_f32_to_fp16(1.0f / 127.0f). The device does not convert the
+ * constant itself: on the H200 (CUDA 13.0) the fill kernel's cvt.rn.f16.f32 of the folded
+ * constant 1/127 stored 0x2000, while the same instruction on run-time values matches the CPU
+ * (tests/gpu/test_ops_gpu.c synth_fill, 2026-12-03). */
+#define MEMRA_SYNTH_Q8_D 0x2008u
 
 /* One region fill: the first `bytes` of dst (bytes: a multiple of the element or block size). */
 typedef struct memra_synth_fill_args {

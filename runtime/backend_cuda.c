@@ -104,6 +104,9 @@ typedef struct cuda_plan {
     memra_tick_layout tl;
     void *tick_pinned;     /* tl.bytes of pinned host memory (owned) */
     memra_tick host;       /* views of tick_pinned */
+    uint32_t *row_slot;    /* [tier b] slot whose region addresses row r of host holds
+                              (UINT32_MAX: none yet): fill_tick rewrites a row's
+                              n_states addresses only when its slot changes */
     void *tick_dev;        /* tl.bytes of device memory (owned) */
     memra_tick dev;        /* views of tick_dev: device addresses, for binding only */
     const void **wdev;     /* [n_weights] device address of each plan weight */
@@ -475,6 +478,9 @@ static int setup_buffers(memra_cuda_backend *be, memra_err *err)
         MEMRA_RT_TRY(err, cudaMalloc(&cp->tick_dev, cp->tl.bytes));
         MEMRA_RT_TRY(err, cudaMemsetAsync(cp->tick_dev, 0, cp->tl.bytes, be->stream));
         memra_tick_bind(&cp->host, &cp->tl, cp->tick_pinned);
+        if (!(cp->row_slot = malloc(sizeof *cp->row_slot * p->tier)))
+            return MEMRA_FAIL(err, MEMRA_ERR_NOMEM, "tick rows: out of memory");
+        memset(cp->row_slot, 0xFF, sizeof *cp->row_slot * p->tier);
         memra_tick_bind(&cp->dev, &cp->tl, cp->tick_dev);
         cp->wdev = calloc(p->n_weights ? p->n_weights : 1, sizeof *cp->wdev);
         if (!cp->wdev)
@@ -900,6 +906,7 @@ static void free_plan(cuda_plan *cp)
     free((void *)cp->wdev);
     free(cp->launches);
     free(cp->region_map);
+    free(cp->row_slot);
     memra_plan_free(cp->plan);
 }
 
@@ -1131,9 +1138,12 @@ static void fill_tick(const memra_cuda_backend *be, cuda_plan *cp, const memra_c
         tk->params[r] = live ? se->params : k_greedy;
         tk->params[r].step = live ? se->pos : 0;
         tk->out_tokens[r] = -1;
+        if (cp->row_slot[r] == slot) /* a slot's region addresses never change */
+            continue;
         for (uint32_t i = 0; i < cp->plan->n_states; i++)
             memra_tick_region_row(tk, i)[r] =
                 memra_slot_region_addr(&be->pool, slot, cp->region_map[i]);
+        cp->row_slot[r] = slot;
     }
 }
 

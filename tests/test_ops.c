@@ -32,6 +32,8 @@
 #include "rng.h"
 #include "sample.h"
 #include "silu_mul_q8.h"
+#include "ops.h"
+#include "synth_fill.h"
 #include "test_util.h"
 
 #define U32 (1.0 / 16777216.0) /* 2^-24 */
@@ -1857,6 +1859,58 @@ START_TEST(test_bad_args)
 }
 END_TEST
 
+/* ===================================== synth_fill ===================================== */
+
+/* The benchmarks' synthetic history on the CPU (kernels/synth_fill.h): the q8_0 scale constant
+ * is fp16_RN(1/127); every element follows the formula (f32: amp v, f16: fp16_RN(v), q8_0:
+ * round-half-even(127 v)) and lies in [-1, 1); bad arguments are refused. */
+START_TEST(test_synth_fill)
+{
+    ck_assert_uint_eq(memra_f32_to_fp16(1.0f / 127.0f), MEMRA_SYNTH_Q8_D);
+    enum { N = 4099, NB = 37 };
+    float f[N];
+    uint16_t h[N];
+    uint8_t q[34 * NB];
+    memra_synth_fill_args a = {.dst = f, .bytes = sizeof f, .seed = 7, .region = 2,
+                               .dtype = MEMRA_DT_F32, .amp = 0.25f};
+    ck_assert_int_eq(memra_synth_fill_ref(&a), MEMRA_OK);
+    a = (memra_synth_fill_args){.dst = h, .bytes = sizeof h, .seed = 7, .region = 2,
+                                .dtype = MEMRA_DT_F16, .amp = 1.0f};
+    ck_assert_int_eq(memra_synth_fill_ref(&a), MEMRA_OK);
+    a = (memra_synth_fill_args){.dst = q, .bytes = sizeof q, .seed = 7, .region = 2,
+                                .dtype = MEMRA_DT_Q8_0, .amp = 1.0f};
+    ck_assert_int_eq(memra_synth_fill_ref(&a), MEMRA_OK);
+    double sum = 0;
+    for (int i = 0; i < N; i++) {
+        const float v = memra_synth_value(7, 2, (uint64_t)i);
+        ck_assert(v >= -1.0f && v < 1.0f);
+        ck_assert(f[i] == 0.25f * v);
+        ck_assert_uint_eq(h[i], memra_f32_to_fp16(v));
+        sum += v;
+    }
+    ck_assert(fabs(sum / N) < 0.05); /* uniform, centred */
+    ck_assert(memra_synth_value(7, 2, 0) != memra_synth_value(7, 3, 0)); /* regions differ */
+    ck_assert(memra_synth_value(7, 2, 0) != memra_synth_value(8, 2, 0)); /* seeds differ */
+    for (int j = 0; j < NB; j++) {
+        uint16_t d;
+        memcpy(&d, q + 34 * j, 2);
+        ck_assert_uint_eq(d, MEMRA_SYNTH_Q8_D);
+        for (int k = 0; k < 32; k++) {
+            const float v = 127.0f * memra_synth_value(7, 2, (uint64_t)(32 * j + k));
+            ck_assert_int_eq((int8_t)q[34 * j + 2 + k], (int)lrintf(v));
+        }
+    }
+    a.bytes = 33; /* not whole blocks */
+    ck_assert_int_eq(memra_synth_fill_ref(&a), MEMRA_ERR_INVALID_ARG);
+    a.bytes = 34;
+    a.dtype = MEMRA_DT_I32; /* not a region dtype */
+    ck_assert_int_eq(memra_synth_fill_ref(&a), MEMRA_ERR_INVALID_ARG);
+    a.dtype = MEMRA_DT_Q8_0;
+    a.dst = NULL;
+    ck_assert_int_eq(memra_synth_fill_ref(&a), MEMRA_ERR_INVALID_ARG);
+}
+END_TEST
+
 Suite *make_ops_suite(void)
 {
     Suite *s = suite_create("ops");
@@ -1886,6 +1940,7 @@ Suite *make_ops_suite(void)
     tcase_add_test(tc, test_sample_distribution);
     tcase_add_test(tc, test_sample_batch_independent);
     tcase_add_test(tc, test_rows_independent_of_b);
+    tcase_add_test(tc, test_synth_fill);
     tcase_add_test(tc, test_bad_args);
     suite_add_tcase(s, tc);
     return s;

@@ -26,7 +26,7 @@ int memra_synth_fill_ref(const memra_synth_fill_args *a)
         for (uint64_t i = 0; i < a->bytes / 2; i++)
             h[i] = memra_f32_to_fp16(memra_synth_value(a->seed, a->region, i));
     } else if (a->dtype == MEMRA_DT_Q8_0 && a->bytes % 34 == 0) {
-        const uint16_t d = memra_f32_to_fp16(1.0f / 127.0f);
+        const uint16_t d = MEMRA_SYNTH_Q8_D;
         for (uint64_t j = 0; j < a->bytes / 34; j++) { /* 34-byte blocks: fp16 d, int8 qs[32] */
             uint8_t *blk = dst + j * 34;
             memcpy(blk, &d, 2);

@@ -949,6 +949,29 @@ static double bench_copy(CUstream st, CUdeviceptr dst, CUdeviceptr src, size_t b
     return 2.0 * (double)bytes / (median(ms, BENCH_REPS) * 1e-3) / 1e9;
 }
 
+/* MEMRA_GPU_PROFILE=1 (bench/device-ncu.sh): each bench shape once at B = 1, 4, 16, plainly
+ * launched (no graph, no PDL) between cuProfilerStart and cuProfilerStop, for
+ * `ncu --profile-from-start off`: 21 kernels, weights at the start of the buffer. */
+static void bench_profile(CUdeviceptr da, CUdeviceptr dy, CUdeviceptr wbuf, size_t cap)
+{
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    CUresult (*start)(void) = lib ? (CUresult(*)(void))dlsym(lib, "cuProfilerStart") : NULL;
+    CUresult (*stop)(void) = lib ? (CUresult(*)(void))dlsym(lib, "cuProfilerStop") : NULL;
+    ck_assert_msg(start && stop, "no cuProfilerStart / cuProfilerStop in libcuda.so.1");
+    static const int Bs[] = {1, 4, 16};
+    ck_assert_int_eq(start(), CUDA_SUCCESS);
+    for (int si = 0; si < N_SHAPES; si++)
+        for (int bi = 0; bi < 3; bi++) {
+            memra_mmvq_args a = shape_args(&k_shapes[si], Bs[bi], wbuf, cap, 0, da, dy);
+            mmvq_run(&a, 0, NULL);
+            CU_OK(cuCtxSynchronize());
+            printf("profiled: %s B=%d\n", k_shapes[si].name, Bs[bi]);
+        }
+    ck_assert_int_eq(stop(), CUDA_SUCCESS);
+    if (lib)
+        dlclose(lib);
+}
+
 START_TEST(test_bandwidth)
 {
     GPU_OR_SKIP();
@@ -982,6 +1005,15 @@ START_TEST(test_bandwidth)
     CUevent e0, e1;
     CU_OK(cuEventCreate(&e0, CU_EVENT_DEFAULT));
     CU_OK(cuEventCreate(&e1, CU_EVENT_DEFAULT));
+    if (env_on("MEMRA_GPU_PROFILE")) { /* bench/device-ncu.sh: one launch per (shape, B) */
+        bench_profile(da, dy, wbuf, cap);
+        CU_OK(cuStreamDestroy(st));
+        CU_OK(cuMemFree(wbuf));
+        CU_OK(cuMemFree(dst));
+        CU_OK(cuMemFree(da));
+        CU_OK(cuMemFree(dy));
+        return;
+    }
     const double copy_gbs = bench_copy(st, dst, wbuf, (size_t)1 << 30, e0, e1);
     printf("TABLE|bandwidth: device-to-device copy of 1 GiB: %.0f GB/s (read + write); "
            "mmvq in graphs of back-to-back PDL launches, us per launch and %% of that copy "

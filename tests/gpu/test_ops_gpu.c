@@ -116,10 +116,17 @@ static void check_same(const char *what, const void *a, const void *b, size_t n)
     const uint8_t *x = a, *y = b;
     if (memcmp(x, y, n) == 0)
         return;
-    size_t i = 0;
+    size_t i = 0, ndiff = 0;
     while (x[i] == y[i])
         i++;
-    ck_abort_msg("%s: bytes differ at %zu of %zu (0x%02x vs 0x%02x)", what, i, n, x[i], y[i]);
+    for (size_t k = i; k < n; k++)
+        ndiff += x[k] != y[k];
+    char gx[3 * 8 + 1] = "", gy[3 * 8 + 1] = ""; /* 8 bytes from the first difference */
+    for (size_t k = i; k < n && k < i + 8; k++) {
+        snprintf(gx + 3 * (k - i), 4, " %02x", x[k]);
+        snprintf(gy + 3 * (k - i), 4, " %02x", y[k]);
+    }
+    ck_abort_msg("%s: %zu of %zu bytes differ, first at %zu:%s vs%s", what, ndiff, n, i, gx, gy);
 }
 
 /* Bit-identical f32 arrays, except that any NaN equals any NaN: the GPU writes the canonical
