@@ -5,20 +5,21 @@
  * the CPU reference: every piece is a gdn_canon.h function or the lane / butterfly order of
  * gdn_step.h, which both paths below implement for any shape.
  *
- * Fast kernel (head_k_dim 128 or 256, head_v_dim % 32 == 0, Hv / Hk <= 8): one CTA of 4 warps
- * per (value head h, row b). The value heads that share key head a form one thread-block
+ * Fast kernel (head_k_dim 128 or 256, head_v_dim % 32 == 0, Hv / Hk <= 8): one CTA of 8 warps
+ * (4 when Hv * b exceeds 2 CTAs per SM) per (value head h, row b). The value heads that share key head a form one thread-block
  * cluster: each CTA recomputes q_a, k_a from the OLD conv state, the cluster barrier then
  * guarantees every reader is done before the cluster's first CTA shifts those channels (a
  * CTA's own v channels are shifted by the thread that read them). Lane l of every warp holds
  * q_i, k_i for i = 4l..4l+3 (+128): exactly the canonical dk lane layout, so each warp forms
  * the L2 sums in registers (every warp the same bits). The state S_h^T is [head_v_dim rows
- * j][head_k_dim] f32; a warp owns 32 rows, loads them with coalesced 16-byte loads (same
- * layout), all in flight at once, and per row computes
+ * j][head_k_dim] f32; a warp takes 16 rows at a time (head_v_dim / 16 tasks over the warps:
+ * at head_v_dim 128 and 8 warps one each, the whole 64 KiB head in flight at once), loads
+ * them with coalesced 16-byte loads (same layout) and per row computes
  *   s *= lambda;  r = sum_i s_i k_i;  delta = beta (v_j - r);  s += k delta;  o_j = sum_i s_i q_i
  * with each sum the lane partial (increasing i) followed by the xor butterfly. Rows are written
- * back in place. Lane l keeps o_j for j = 32 * group + l, so the gated norm's 32 values of a
- * q8_1 block are one warp's; its sum of squares is formed by every warp from shared memory in
- * the dv lane layout (lane l: j = l, l + 32, ...).
+ * back in place. o_j goes to shared memory; the gated norm's sum of squares is formed by every
+ * warp from there in the dv lane layout (lane l: j = l, l + 32, ...), and warp w quantizes the
+ * q8_1 blocks w, w + W, ... of the head.
  * Generic kernel (every other shape): one CTA (8 warps) per row walks the value heads in order;
  * warp w updates state rows j = w, w + 8, ... with the same lane layout (lane l: i = 128 m + 4 l
  * + c, scalar loads) and butterflies; warps 0 / 1 L2-normalise q / k. It stages the row's
@@ -38,7 +39,10 @@ namespace cg = cooperative_groups;
 
 namespace {
 
-constexpr int kFastWarps = 4;
+/* warps per fast CTA: 8 while the grid fits the GPU at 2 CTAs per SM (small b: more of a
+ * head's state in flight at once), else 4 (4 CTAs per SM); no bit depends on it */
+constexpr int kFastWarpsSmall = 8, kFastWarpsLarge = 4;
+constexpr int kFastRows = 16; /* state rows per warp task: all their loads in flight at once */
 constexpr int kGenericThreads = 256;
 constexpr int kGenericMaxCv = 40960; /* 160 KiB of staged output row */
 
@@ -100,8 +104,9 @@ __device__ __forceinline__ int key_head(const memra_gdn_step_args &a, const gdn_
 
 /* ----------------------------------- fast kernel ------------------------------------- */
 
-/* The delta rule on one warp's 32 rows [j0, j0 + 32) of S_h^T (DK = 128 * VEC), ROWS rows
- * per step (all their loads in flight together: 8 KiB per warp); returns o_{j0 + lane}.
+/* The delta rule on one warp's kFastRows rows [j0, j0 + 16) of S_h^T (DK = 128 * VEC), ROWS
+ * rows per step (all their loads in flight together: 8 KiB per warp); returns o_{j0 + lane}
+ * in lanes 0..15. Which warp runs which rows changes no bit: each row is its own sums.
  * Lane l's elements of a row: 4l..4l+3, then 128+4l.. (VEC = 2): increasing i, the canonical
  * lane layout. */
 template <int VEC>
@@ -112,7 +117,7 @@ __device__ float delta_rows(float *St, int j0, const float (&k)[VEC][4], const f
     const int lane = threadIdx.x & 31;
     float my_o = 0.0f;
 #pragma unroll
-    for (int step = 0; step < 32 / ROWS; step++) {
+    for (int step = 0; step < kFastRows / ROWS; step++) {
         const int jb = j0 + step * ROWS;
         float4 s[ROWS][VEC];
 #pragma unroll
@@ -166,8 +171,8 @@ __device__ float delta_rows(float *St, int j0, const float (&k)[VEC][4], const f
     return my_o;
 }
 
-template <int VEC>
-__global__ void __launch_bounds__(kFastWarps * 32) gdn_step_fast(memra_gdn_step_args a, gdn_geom g)
+template <int VEC, int W>
+__global__ void __launch_bounds__(W * 32) gdn_step_fast(memra_gdn_step_args a, gdn_geom g)
 {
     constexpr int DK = 128 * VEC;
     __shared__ float uq[DK], uk[DK], uv[MEMRA_GDN_MAX_HEAD_DIM], so[MEMRA_GDN_MAX_HEAD_DIM];
@@ -217,8 +222,11 @@ __global__ void __launch_bounds__(kFastWarps * 32) gdn_step_fast(memra_gdn_step_
     const float beta = memra_gdn_beta(a.beta[bh]);
     const float lambda = memra_gdn_decay(a.ssm_a[h], a.alpha[bh], a.dt_bias[h]);
     float *St = (float *)(uintptr_t)a.ssm_state[b] + (size_t)h * (size_t)dv * DK;
-    for (int grp = warp; grp < dv / 32; grp += kFastWarps)
-        so[32 * grp + lane] = delta_rows<VEC>(St, 32 * grp, k, q, uv, lambda, beta);
+    for (int grp = warp; grp < dv / kFastRows; grp += W) {
+        const float o = delta_rows<VEC>(St, kFastRows * grp, k, q, uv, lambda, beta);
+        if (lane < kFastRows)
+            so[kFastRows * grp + lane] = o;
+    }
     __syncthreads();
     /* gated norm: dv lane layout (lane l: j = l, l + 32, ...), every warp the same bits */
     double ss = 0.0;
@@ -226,7 +234,7 @@ __global__ void __launch_bounds__(kFastWarps * 32) gdn_step_fast(memra_gdn_step_
         ss = add_sq(ss, so[j]);
     const float scale = memra_gdn_rms_scale(bfly_f64(ss), dv, a.eps);
     const float *z = a.z + (size_t)b * (size_t)g.cv + (size_t)h * (size_t)dv;
-    for (int grp = warp; grp < dv / 32; grp += kFastWarps) {
+    for (int grp = warp; grp < dv / 32; grp += W) {
         const int j = 32 * grp + lane;
         const float y = memra_gdn_gate(so[j], scale, a.norm_w[j], z[j]);
         const size_t blk = (size_t)b * (size_t)(g.cv / 32) + (size_t)(h * dv + 32 * grp) / 32;
@@ -322,6 +330,22 @@ __global__ void __launch_bounds__(kGenericThreads) gdn_step_generic(memra_gdn_st
         conv_shift(a, g, b, c);
 }
 
+/* Multiprocessors of the current device (cached per ordinal; 132 if the query fails). */
+int sm_count()
+{
+    static int cache[64];
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64)
+        return 132;
+    if (!cache[dev]) {
+        int n = 0;
+        cache[dev] = cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess && n > 0
+                         ? n
+                         : 132;
+    }
+    return cache[dev];
+}
+
 } /* namespace */
 
 extern "C" int memra_gdn_step_cuda(const memra_gdn_step_args *a, cudaStream_t s)
@@ -341,10 +365,16 @@ extern "C" int memra_gdn_step_cuda(const memra_gdn_step_args *a, cudaStream_t s)
         return cuda_ops_invalid("gdn_step: b exceeds the grid limit 65535");
     const bool fast = (a->head_k_dim == 128 || a->head_k_dim == 256) && a->head_v_dim % 32 == 0 && g.r <= 8;
     if (fast) {
-        const dim3 grid(a->n_v_head, a->b), blk(kFastWarps * 32);
+        const dim3 grid(a->n_v_head, a->b);
+        const bool small = (long)a->n_v_head * a->b <= 2L * sm_count();
+        const dim3 blk((small ? kFastWarpsSmall : kFastWarpsLarge) * 32);
         if (a->head_k_dim == 128)
-            return cuda_ops_result(cuda_ops_launch(gdn_step_fast<1>, grid, blk, 0, s, g.r, *a, g));
-        return cuda_ops_result(cuda_ops_launch(gdn_step_fast<2>, grid, blk, 0, s, g.r, *a, g));
+            return cuda_ops_result(cuda_ops_launch(small ? gdn_step_fast<1, kFastWarpsSmall>
+                                                         : gdn_step_fast<1, kFastWarpsLarge>,
+                                                   grid, blk, 0, s, g.r, *a, g));
+        return cuda_ops_result(cuda_ops_launch(small ? gdn_step_fast<2, kFastWarpsSmall>
+                                                     : gdn_step_fast<2, kFastWarpsLarge>,
+                                               grid, blk, 0, s, g.r, *a, g));
     }
     if (g.cv > kGenericMaxCv)
         return cuda_ops_invalid("gdn_step: this shape needs the generic kernel, whose output row "

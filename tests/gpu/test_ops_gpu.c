@@ -1018,6 +1018,10 @@ START_TEST(test_gdn_step)
     gdn_case_run(&k_gdn_shapes[0], 3, 4, &r); /* state and conv window carried over 4 steps */
     gdn_case_run(&k_gdn_shapes[5], 2, 3, &r);
     gdn_case_run(&k_gdn_shapes[4], 2, 3, &r); /* dk 256 (fast, VEC 2) over 3 steps */
+    /* the fast kernel runs 8 warps per CTA while n_v_head * b fits 2 CTAs per SM, else 4:
+     * 9b at b = 16 (512 CTAs) and dk 256 at b = 80 (320) take the 4-warp variant, the
+     * cases above the 8-warp one; the bytes are the CPU's either way */
+    gdn_case_run(&k_gdn_shapes[4], 80, 1, &r);
 }
 END_TEST
 

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# device-quick.sh — the short device call for a kernel change when device time is scarce:
+# the nvcc op tests (memra-gpu-ops-tests: every op against its CPU reference, memcmp) while
+# the 9b preset forges in the background, then the 9b bench (BENCH_ARGS, BENCH_ARGS2 as
+# bench/device-bench.sh takes them) and, when SASS_KEYS is set, bench/device-sass.sh on them.
+# No backend gates (scripts/device-gates.sh / device-all.sh run those).
+#
+#   scripts/device-all.sh carry   HERE (both carry folders)
+#   scripts/device-quick.sh       THERE, with .carry/cudabackend and .carry/bench carried
+# What comes back in $OUT: ops.log, bench/ (as device-bench.sh writes it), sass.tgz.
+set -u
+cd "$(dirname "$0")/.."
+root=$PWD
+out=${OUT:-$root/out}
+mkdir -p "$out/bench"
+export XDG_CACHE_HOME=/tmp/memra-cache
+m9=/tmp/memra-9b.gguf
+(
+  t0=$(date +%s)
+  nice -n 10 timeout 240 "$root/.carry/bench/bin/memra-forge" --preset 9b --seed 1 -o "$m9" \
+    >/tmp/forge-9b.log 2>&1 && echo "$(($(date +%s) - t0)) s in the background" >"$m9.done"
+) &
+forge=$!
+(
+  export LD_LIBRARY_PATH=$root/.carry/cudabackend/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  CK_FORK=no timeout "${OPS_LIMIT:-90}" "$root/.carry/cudabackend/bin/memra-gpu-ops-tests" >"$out/ops.log" 2>&1
+  echo "memra-gpu-ops-tests rc=$?" >>"$out/ops.log"
+)
+wait $forge
+OUT=$out/bench BUDGET=${BENCH_BUDGET:-150} bench/device-bench.sh >"$out/bench/summary.txt" 2>&1
+rm -f "$out/bench/kcache.tgz"
+if [ -n "${SASS_KEYS:-}" ]; then
+  # shellcheck disable=SC2086 # a list of keys
+  OUT=$out bench/device-sass.sh $SASS_KEYS
+fi
+tail -n 30 "$out/bench/summary.txt"
+grep -E "Checks|:F:|:E:|rc=" "$out/ops.log"
