@@ -22,12 +22,9 @@ fi
 dest=${OUT:-$root/out}
 mkdir -p "$dest/gates" "$dest/bench"
 m9=/tmp/memra-9b.gguf
-(
-  t0=$(date +%s)
-  nice -n 10 timeout 300 "$root/.carry/bench/bin/memra-forge" --preset 9b --seed 1 -o "$m9" \
-    >/tmp/forge-9b.log 2>&1 && echo "$(($(date +%s) - t0)) s in the background" >"$m9.done"
-) &
-forge=$!
+# shellcheck source=scripts/forge-9b-bg.sh
+. "$root/scripts/forge-9b-bg.sh"
+forge_9b_bg 300
 OUT=$dest/gates BUDGET=${GATES_BUDGET:-300} scripts/device-gates.sh >"$dest/gates/summary.txt" 2>&1
 wait $forge
 OUT=$dest/bench BUDGET=${BENCH_BUDGET:-260} bench/device-bench.sh >"$dest/bench/summary.txt" 2>&1

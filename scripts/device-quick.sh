@@ -14,13 +14,9 @@ root=$PWD
 out=${OUT:-$root/out}
 mkdir -p "$out/bench"
 export XDG_CACHE_HOME=/tmp/memra-cache
-m9=/tmp/memra-9b.gguf
-(
-  t0=$(date +%s)
-  nice -n 10 timeout 240 "$root/.carry/bench/bin/memra-forge" --preset 9b --seed 1 -o "$m9" \
-    >/tmp/forge-9b.log 2>&1 && echo "$(($(date +%s) - t0)) s in the background" >"$m9.done"
-) &
-forge=$!
+# shellcheck source=scripts/forge-9b-bg.sh
+. "$root/scripts/forge-9b-bg.sh"
+forge_9b_bg 240
 (
   export LD_LIBRARY_PATH=$root/.carry/cudabackend/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   CK_FORK=no timeout "${OPS_LIMIT:-90}" "$root/.carry/cudabackend/bin/memra-gpu-ops-tests" >"$out/ops.log" 2>&1
