@@ -3,11 +3,13 @@
 # the nvcc op tests (memra-gpu-ops-tests: every op against its CPU reference, memcmp) while
 # the 9b preset forges in the background, then the 9b bench (BENCH_ARGS, BENCH_ARGS2 as
 # bench/device-bench.sh takes them) and, when SASS_KEYS is set, bench/device-sass.sh on them.
+# MMVQ_TESTS=1 adds memra-gpu-tests (the NVRTC mmvq template: exactness of every qtype at
+# B 1..16 and the per-shape bandwidth table) next to the op tests.
 # No backend gates (scripts/device-gates.sh / device-all.sh run those).
 #
 #   scripts/device-all.sh carry   HERE (both carry folders)
 #   scripts/device-quick.sh       THERE, with .carry/cudabackend and .carry/bench carried
-# What comes back in $OUT: ops.log, bench/ (as device-bench.sh writes it), sass.tgz.
+# What comes back in $OUT: ops.log, mmvq.log, bench/ (as device-bench.sh writes it), sass.tgz.
 set -u
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -21,6 +23,10 @@ forge_9b_bg 240
   export LD_LIBRARY_PATH=$root/.carry/cudabackend/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   CK_FORK=no timeout "${OPS_LIMIT:-90}" "$root/.carry/cudabackend/bin/memra-gpu-ops-tests" >"$out/ops.log" 2>&1
   echo "memra-gpu-ops-tests rc=$?" >>"$out/ops.log"
+  if [ -n "${MMVQ_TESTS:-}" ]; then # the mmvq template: 15 qtypes x B 1..16 memcmp, bandwidth table
+    CK_FORK=no timeout "${MMVQ_LIMIT:-120}" "$root/.carry/cudabackend/bin/memra-gpu-tests" >"$out/mmvq.log" 2>&1
+    echo "memra-gpu-tests rc=$?" >>"$out/mmvq.log"
+  fi
 )
 wait $forge
 OUT=$out/bench BUDGET=${BENCH_BUDGET:-150} bench/device-bench.sh >"$out/bench/summary.txt" 2>&1
@@ -30,4 +36,5 @@ if [ -n "${SASS_KEYS:-}" ]; then
   OUT=$out bench/device-sass.sh $SASS_KEYS
 fi
 tail -n 30 "$out/bench/summary.txt"
+[ -f "$out/mmvq.log" ] && grep -E "^TABLE\||Checks|:F:|:E:|rc=" "$out/mmvq.log" | cut -c1-160
 grep -E "Checks|:F:|:E:|rc=" "$out/ops.log"
