@@ -6,12 +6,12 @@
  * gdn_step.h, which both paths below implement for any shape.
  *
  * Fast kernel (head_k_dim 128 or 256, head_v_dim % 32 == 0, Hv / Hk <= 8): one CTA of 8 warps
- * (4 when Hv * b exceeds 2 CTAs per SM) per (value head h, row b). The value heads that share key head a form one thread-block
- * cluster: each CTA recomputes q_a, k_a from the OLD conv state, the cluster barrier then
- * guarantees every reader is done before the cluster's first CTA shifts those channels (a
- * CTA's own v channels are shifted by the thread that read them). Lane l of every warp holds
- * q_i, k_i for i = 4l..4l+3 (+128): exactly the canonical dk lane layout, so each warp forms
- * the L2 sums in registers (every warp the same bits). The state S_h^T is [head_v_dim rows
+ * (4 when Hv * b exceeds 2 CTAs per SM) per (value head h, row b). The value heads that share
+ * key head a form one thread-block cluster: each CTA recomputes q_a, k_a from the OLD conv
+ * state, the cluster barrier then guarantees every reader is done before the cluster's first
+ * CTA shifts those channels (a CTA's own v channels are shifted by the thread that read
+ * them). Lane l of every warp holds q_i, k_i for i = 4l..4l+3 (+128): exactly the canonical
+ * dk lane layout, so each warp forms the L2 sums in registers (every warp the same bits). The state S_h^T is [head_v_dim rows
  * j][head_k_dim] f32; a warp takes 16 rows at a time (head_v_dim / 16 tasks over the warps:
  * at head_v_dim 128 and 8 warps one each, the whole 64 KiB head in flight at once), loads
  * them with coalesced 16-byte loads (same layout) and per row computes
@@ -339,9 +339,8 @@ int sm_count()
         return 132;
     if (!cache[dev]) {
         int n = 0;
-        cache[dev] = cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess && n > 0
-                         ? n
-                         : 132;
+        const bool ok = cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess;
+        cache[dev] = ok && n > 0 ? n : 132;
     }
     return cache[dev];
 }
