@@ -118,6 +118,16 @@ static inline int memra_mmvq_step_blocks(int32_t qtype)
     }
 }
 
+/* Whether mmvq's B = 1 launches of this weight type can take the direct path (the weights
+ * straight from global memory into registers, nvrtc_templates/mmvq.cuh); a launch takes it
+ * when every weight does, so the planner keeps such weights apart at tier 1. Must equal
+ * nvrtc_templates/mmvq_params.h MEMRA_MMVQ_DIRECT (tests/test_nvrtc.c checks it). A speed
+ * property only: both paths give the same bytes. */
+static inline int memra_mmvq_direct(int32_t qtype)
+{
+    return qtype == 12; /* q4_K */
+}
+
 /* One output in the canonical order above: the row wrow (n_in elements of qtype) against one
  * q8_1 row a (n_in / 32 blocks). NaN when qtype cannot be dotted or n_in is not a multiple
  * of its dot block. The primitive every CPU-side consumer of mmvq's contract (the CPU

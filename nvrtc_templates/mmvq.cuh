@@ -28,6 +28,8 @@
  *   - the parts of a tile are combined as ((T_0 + T_1) + T_2) + ... through shared memory,
  *     so y is bit-identical (memcmp) to the CPU reference memra_mmvq_dot / memra_mmvq_ref.
  *   - epilogue: v = T (* scale[0]); y = v (mode 0) or y = y + v (mode 1).
+ * B = 1 launches whose weights are all q4_K take the direct path instead (see "the direct
+ * path" below): no mma and no weight staging, the same arithmetic in the same order.
  * Must not: use float atomics, split K by anything but n_in, or let a row's arithmetic
  * depend on another row (mma columns are independent exact integer sums).
  * Invariants: weights 16-byte aligned; nothing outside [w, w + n_out * row_bytes) is read
@@ -749,29 +751,61 @@ MEMRA_DEV void block_any(const u8 *w0, const u8 *w1, const u8 *a, i64 rs, i64 kq
  * r * row_bytes) into slot r of dst, as aligned 16-byte units so that the data keeps its
  * address mod 16: row r's bytes start at dst + r * SLOT + ((base + r * row_bytes + off) & 15).
  * The unit that crosses end (the end of the weight) is copied byte by byte up to end: a
- * cp.async with a short source size still reads 16 bytes (compute-sanitizer reports it). */
+ * cp.async with a short source size still reads 16 bytes (compute-sanitizer reports it).
+ * Only the weight's last row can hold such a unit (any other row's units end at most 15
+ * bytes into the next row, and every row has >= 17 bytes), so only that row pays the test;
+ * the rest is 32-bit offset arithmetic. */
 template <int SLOT>
 MEMRA_DEV void stage_rows(u8 *dst, const u8 *base, u64 row_bytes, u64 off, u32 len, int nrows,
                           const u8 *end, int lane)
 {
     constexpr int U = SLOT / 16;
+    const u8 *src0 = base + off;
+    const int last = base + (u64)nrows * row_bytes == end ? nrows - 1 : -1; /* the weight's */
 #pragma unroll
     for (int f = lane; f < MMVQ_ROWS * U; f += 32) {
         const int r = f / U, u = f - r * U;
         if (r >= nrows)
             continue;
-        const u8 *src = base + r * row_bytes + off;
-        const u8 *unit = (const u8 *)(((u64)src & ~(u64)15) + 16 * (u64)u);
-        if (unit >= src + len)
+        const u8 *src = src0 + (u64)r * row_bytes;
+        const u32 lead = (u32)(u64)src & 15u;
+        if (16u * (u32)u >= len + lead) /* the unit starts at or after src + len */
             continue;
-        const u64 avail = (u64)(end - unit);
+        const u8 *unit = src - lead + 16 * u;
         u8 *d = dst + r * SLOT + 16 * u;
+        if (r != last) {
+            cp_async16(d, unit, 16);
+            continue;
+        }
+        const u64 avail = (u64)(end - unit);
         if (avail >= 16) {
             cp_async16(d, unit, 16);
         } else {
             for (u32 k = 0; k < 16; k++)
                 d[k] = k < avail ? unit[k] : 0;
         }
+    }
+}
+
+/* Whether a step of QT is whole 16-byte units (then, with 16-byte row strides and only full
+ * steps, every unit of every step is aligned and inside its row: stage_rows_aligned). */
+template <int QT> struct step_aligned {
+    static constexpr bool v = geom<QT>::step * geom<QT>::bytes % 16 == 0;
+};
+
+/* stage_rows for aligned steps (step_aligned, row_bytes % 16 == 0, the step full): the same
+ * bytes to the same slots (the data's address mod 16 is 0), with none of the per-unit range
+ * tests: rows are whole units, so no unit leaves [w, w + n_out * row_bytes). src = base + off. */
+template <int SLOT, int STEPB>
+MEMRA_DEV void stage_rows_aligned(u8 *dst, const u8 *src, u32 row_bytes, int nrows, int lane)
+{
+    constexpr int UB = STEPB / 16; /* units of a row's step */
+    static_assert(STEPB % 16 == 0 && STEPB <= SLOT, "aligned steps only");
+#pragma unroll
+    for (int f = lane; f < MMVQ_ROWS * UB; f += 32) {
+        const int r = f / UB, u = f - r * UB;
+        if (r < nrows)
+            cp_async16(dst + r * SLOT + 16 * u, src + (u64)r * row_bytes + 16 * u, 16);
     }
 }
 
@@ -790,15 +824,21 @@ MEMRA_DEV void tile_run(const memra_mmvq_params &p, const memra_mmvq_out_params 
     const i64 mine = part < nsteps ? (nsteps - 1 - part) / p.ksplit + 1 : 0;
     const u8 *a = (const u8 *)p.a;
     const i64 rs = (i64)(p.n_in / 32) * Q8_1_BYTES;
-    constexpr int STAGE = MMVQ_ROWS * SLOT_STRIDE;
+    constexpr int STAGE = MMVQ_ROWS * SLOT_STRIDE, STEPB = G::step * G::bytes;
+    /* uniform over the launch: every step whole 16-byte units */
+    const bool aligned = step_aligned<QT>::v && o.row_bytes % 16 == 0 && nblk % G::step == 0;
 
 #pragma unroll
     for (int i = 0; i < STAGES - 1; i++) {
         if (i < mine) {
             const i64 s = part + (i64)i * p.ksplit, nb = nblk - s * G::step;
-            stage_rows<SLOT_STRIDE>(wsm + i * STAGE, base, o.row_bytes, (u64)s * G::step * G::bytes,
-                                    (u32)((nb < G::step ? nb : G::step) * G::bytes), nrows, end,
-                                    lane);
+            if (step_aligned<QT>::v && aligned)
+                stage_rows_aligned<SLOT_STRIDE, step_aligned<QT>::v ? STEPB : 16>(
+                    wsm + i * STAGE, base + (u64)s * STEPB, (u32)o.row_bytes, nrows, lane);
+            else
+                stage_rows<SLOT_STRIDE>(wsm + i * STAGE, base, o.row_bytes, (u64)s * STEPB,
+                                        (u32)((nb < G::step ? nb : G::step) * G::bytes), nrows,
+                                        end, lane);
         }
         cp_async_commit();
     }
@@ -807,10 +847,15 @@ MEMRA_DEV void tile_run(const memra_mmvq_params &p, const memra_mmvq_out_params 
         const i64 ipre = i + STAGES - 1;
         if (ipre < mine) {
             const i64 s = part + ipre * p.ksplit, nb = nblk - s * G::step;
-            stage_rows<SLOT_STRIDE>(wsm + (ipre % STAGES) * STAGE, base, o.row_bytes,
-                                    (u64)s * G::step * G::bytes,
-                                    (u32)((nb < G::step ? nb : G::step) * G::bytes), nrows, end,
-                                    lane);
+            if (step_aligned<QT>::v && aligned)
+                stage_rows_aligned<SLOT_STRIDE, step_aligned<QT>::v ? STEPB : 16>(
+                    wsm + (ipre % STAGES) * STAGE, base + (u64)s * STEPB, (u32)o.row_bytes,
+                    nrows, lane);
+            else
+                stage_rows<SLOT_STRIDE>(wsm + (ipre % STAGES) * STAGE, base, o.row_bytes,
+                                        (u64)s * STEPB,
+                                        (u32)((nb < G::step ? nb : G::step) * G::bytes), nrows,
+                                        end, lane);
         }
         cp_async_commit();
         cp_async_wait<STAGES - 1>();
@@ -870,8 +915,274 @@ MEMRA_DEV void parts_combine(float (&T)[NT][4], u8 *smem, int warp, int part, in
                 acc_add(T[i >> 2][i & 3], scr[((warp + q) * NT * 4 + i) * 32 + lane]);
 }
 
+/* ------------------------------ the direct path (B = 1) -------------------------------- */
+/*
+ * For B = 1 the int8 mma wastes 7 of its 8 columns and the cp.async staging costs as many
+ * instructions as the dot itself (bench/results/mmvq-notes.md). A direct warp instead loads
+ * its rows' blocks with 16-byte global loads straight into registers, two blocks ahead, and
+ * takes the activations from shared memory, where the CUDA block staged the q8_1 row once
+ * (stage_act). A kernel takes it when B = 1 and every weight is of a direct type
+ * (mmvq_params.h MEMRA_MMVQ_DIRECT). Same tiles of 16 outputs, same canonical parts (steps
+ * s = p, p + P, ...), same per-block arithmetic, parts folded in the same order: the result
+ * is bit-identical; only which warp runs which parts differs (q4k_direct_main).
+ *
+ * q4_K: lane 2 g + h owns output g of the tile and half h of each block: codes qs[64 h ..
+ * 64 h + 63] (4 loads of 16 bytes) = sub-blocks 4 h .. 4 h + 3, plus the 16-byte header (d,
+ * dmin, scales; both lanes of an output read it). The dot of sub-block 4 h + i is 8 dp4a; the
+ * high nibbles are dotted as 16 n (mask 0xF0, unsigned x signed dp4a) and shifted back, exact.
+ * The lane evaluates A_k, B_k of its four sub-blocks and the left or right half of tree8;
+ * one shuffle adds the halves (commutative, so both lanes hold the same bits).
+ */
+template <int QT> struct direct_of {
+    static constexpr bool v = QT >= 0 && MEMRA_MMVQ_DIRECT(QT);
+};
+
+struct u32x4 {
+    u32 x, y, z, w;
+};
+
+/* 16 bytes of a weight that is read once: no L1 allocation. */
+MEMRA_DEV u32x4 ldg_stream16(const u8 *p)
+{
+    u32x4 v;
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p));
+    return v;
+}
+
+MEMRA_DEV u32x4 lds16(const u8 *p) { return *(const u32x4 *)p; }
+
+/* c + sum of the 4 byte products, a unsigned, b signed (PTX dp4a.u32.s32). */
+MEMRA_DEV i32 dp4a_us(u32 a, u32 b, i32 c)
+{
+    i32 d;
+    asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+
+MEMRA_DEV i32 dp4a_ss(u32 a, u32 b, i32 c)
+{
+    i32 d;
+    asm("dp4a.s32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+
+/* The q8_1 row a[0 .. n_in / 32) into shared memory: codes at act + 32 q, d (fp32) at
+ * act + n_in + 4 q, the code sum (int32) at act + n_in + n_in / 8 + 4 q. Every thread of the
+ * CUDA block takes part; the caller synchronizes. */
+MEMRA_DEV void stage_act(u8 *act, const u8 *a, int n_in)
+{
+    const int nq = n_in / 32;
+    float *ad = (float *)(act + n_in);
+    i32 *as = (i32 *)(act + n_in + n_in / 8);
+    for (int q = threadIdx.x; q < nq; q += 32 * MMVQ_WARPS) {
+        const u8 *src = a + (i64)q * Q8_1_BYTES;
+        u32 w[9];
+#pragma unroll
+        for (int k = 0; k < 9; k++)
+            w[k] = ldg_u32(src + 4 * k);
+        i32 sum = 0;
+#pragma unroll
+        for (int k = 1; k < 9; k++)
+            sum = dp4a_ss(w[k], 0x01010101u, sum);
+        ad[q] = f16_to_f32((u16)(w[0] & 0xFFFF));
+        as[q] = sum;
+        *(u32x4 *)(act + 32 * q) = u32x4{w[1], w[2], w[3], w[4]};
+        *(u32x4 *)(act + 32 * q + 16) = u32x4{w[5], w[6], w[7], w[8]};
+    }
+}
+
+/* One lane's share of one q4_K block: the header and codes qs[64 h .. 64 h + 63]. */
+struct q4k_lane {
+    u32x4 hd, q[4];
+};
+
+MEMRA_DEV void q4k_load(q4k_lane &b, const u8 *blk, int h, bool live)
+{
+    if (!live) {
+        b.hd = u32x4{0, 0, 0, 0};
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            b.q[i] = u32x4{0, 0, 0, 0};
+        return;
+    }
+    b.hd = ldg_stream16(blk);
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        b.q[i] = ldg_stream16(blk + 16 + 64 * h + 16 * i);
+}
+
+MEMRA_DEV u32 word_of(const u32x4 &v, int i)
+{
+    return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+/* r of the block (quant.c dot_kq) for the lane's output; kq = q8_1 block of sub-block 4 h. */
+MEMRA_DEV float q4k_direct(const q4k_lane &b, const u8 *act, int n_in, int kq, int h)
+{
+    const u32 x1 = b.hd.y, x2 = b.hd.z, x3 = b.hd.w;
+    /* sc_k, m_k of sub-blocks 4 h .. 4 h + 3, one per byte (quant.c kq_unpack_scales) */
+    const u32 sc4 = h ? (x3 & 0x0F0F0F0Fu) | ((x1 >> 2) & 0x30303030u) : x1 & 0x3F3F3F3Fu;
+    const u32 m4 = h ? ((x3 >> 4) & 0x0F0F0F0Fu) | ((x2 >> 2) & 0x30303030u) : x2 & 0x3F3F3F3Fu;
+    const u32x4 dav = lds16(act + n_in + 4 * kq);
+    const u32x4 sav = lds16(act + n_in + n_in / 8 + 4 * kq);
+    float cA[4], cB[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const u8 *aq = act + 32 * (kq + i);
+        const u32x4 a0 = lds16(aq), a1 = lds16(aq + 16);
+        i32 S = 0;
+#pragma unroll
+        for (int wd = 0; wd < 8; wd++) {
+            const u32 code = word_of(b.q[2 * (i >> 1) + (wd >> 2)], wd & 3);
+            const u32 av = word_of(wd < 4 ? a0 : a1, wd & 3);
+            S = (i & 1) ? dp4a_us(code & 0xF0F0F0F0u, av, S) : dp4a_ss(code & 0x0F0F0F0Fu, av, S);
+        }
+        if (i & 1)
+            S >>= 4; /* an exact multiple of 16 */
+        const i32 X = (i32)((sc4 >> (8 * i)) & 0xFF) * S;
+        const i32 Y = (i32)((m4 >> (8 * i)) & 0xFF) * (i32)word_of(sav, i);
+        const float da = __uint_as_float(word_of(dav, i));
+        cA[i] = __fmul_rn(da, i2f_22(X));
+        cB[i] = __fmul_rn(da, i2f_22(Y));
+    }
+    const float lA = __fadd_rn(__fadd_rn(cA[0], cA[1]), __fadd_rn(cA[2], cA[3]));
+    const float lB = __fadd_rn(__fadd_rn(cB[0], cB[1]), __fadd_rn(cB[2], cB[3]));
+    const float tA = __fadd_rn(lA, __shfl_xor_sync(0xFFFFFFFFu, lA, 1));
+    const float tB = __fadd_rn(lB, __shfl_xor_sync(0xFFFFFFFFu, lB, 1));
+    const float d = f16_to_f32((u16)(b.hd.x & 0xFFFF)), dm = f16_to_f32((u16)(b.hd.x >> 16));
+    return __fsub_rn(__fmul_rn(d, tA), __fmul_rn(dm, tB));
+}
+
+/* Which weight tile t of the launch belongs to (-1: none) and its tile index in it. */
+MEMRA_DEV int tile_weight(const memra_mmvq_params &p, int &tile)
+{
+    for (int i = 0; i < p.n_w; i++) {
+        const int n = (p.out[i].n_out + MMVQ_ROWS - 1) / MMVQ_ROWS;
+        if (tile < n)
+            return i;
+        tile -= n;
+    }
+    return -1;
+}
+
+/* The CUDA block's prologue on the direct path: wait for the previous kernel, stage the
+ * activations, synchronize. Every warp of the block calls it exactly once. */
+MEMRA_DEV void direct_prologue(const memra_mmvq_params &p, u8 *act)
+{
+    pdl_wait_release();
+    stage_act(act, (const u8 *)p.a, p.n_in);
+    __syncthreads();
+}
+
+/* v = T (x scale); y = v or y + v (tile_store's epilogue for one output). */
+MEMRA_DEV void store_one(const memra_mmvq_out_params &o, int row, float T)
+{
+    const float v = o.scale ? __fmul_rn(T, __ldg(o.scale)) : T;
+    o.y[row] = o.mode ? __fadd_rn(o.y[row], v) : v;
+}
+
+/* Next block of a direct warp's sequence: the blocks j = p, p + P, ... of its parts p = g,
+ * g + W, ... in increasing order; (p, j) is past the end once p >= P or j >= nblk. */
+MEMRA_DEV void seq_next(int &p, int &j, int P, int W, int nblk)
+{
+    j += P;
+    if (j >= nblk) {
+        p += W;
+        j = p;
+    }
+}
+
+/* The direct kernel (q4_K, B = 1). W = p.wpt warps share a tile of 16 outputs: warp g of a
+ * tile runs parts g, g + W, ... of the canonical P = p.ksplit; the CUDA block holds 8 / W
+ * tiles. Lane 2 r + h owns output r of the tile and half h of every block. Each part's T
+ * (0 + r_j over its blocks in increasing j) is folded in part order as the CPU does: in
+ * registers when the warp runs every part (W = 1), else through shared memory. Loads run
+ * two blocks ahead of the dot across part boundaries. */
+MEMRA_DEV void q4k_direct_main(const memra_mmvq_params &p, u8 *smem)
+{
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int P = p.ksplit, W = p.wpt, per = MMVQ_WARPS / W;
+    const int lt = warp / W, gp = warp % W, r = lane >> 1, h = lane & 1;
+    int tile = blockIdx.x * per + lt;
+    const int wi = tile_weight(p, tile);
+    const memra_mmvq_out_params &o = p.out[wi < 0 ? 0 : wi];
+    const int row = tile * MMVQ_ROWS + r;
+    const bool live = wi >= 0 && row < o.n_out;
+    const u8 *wrow = (const u8 *)o.w + (u64)(live ? row : 0) * o.row_bytes;
+    const int nblk = wi < 0 ? 0 : p.n_in / 256;
+    u8 *act = smem;
+    float *scr = (float *)(smem + p.n_in + p.n_in / 4); /* [per][P][16] */
+
+    int lp = gp, lj = gp; /* the load cursor */
+    q4k_lane b0, b1;
+    if (lp < P && lj < nblk) {
+        q4k_load(b0, wrow + (u64)lj * 144, h, live);
+        seq_next(lp, lj, P, W, nblk);
+    }
+    if (lp < P && lj < nblk) {
+        q4k_load(b1, wrow + (u64)lj * 144, h, live);
+        seq_next(lp, lj, P, W, nblk);
+    }
+    direct_prologue(p, act);
+
+    int cp = gp, cj = gp; /* the compute cursor */
+    float T = 0.0f, Y = 0.0f;
+    /* a part is done: fold it (W = 1) or leave it for the fold */
+    auto emit = [&](int part, float t) {
+        if (W == 1)
+            Y = part == 0 ? t : __fadd_rn(Y, t);
+        else if (h == 0)
+            scr[(lt * P + part) * MMVQ_ROWS + r] = t;
+    };
+#pragma unroll 1
+    while (cp < P && cj < nblk) {
+        T = __fadd_rn(T, q4k_direct(b0, act, p.n_in, 8 * cj + 4 * h, h));
+        int np = cp, nj = cj;
+        seq_next(np, nj, P, W, nblk);
+        if (np != cp) {
+            emit(cp, T);
+            T = 0.0f;
+        }
+        cp = np, cj = nj;
+        if (lp < P && lj < nblk) {
+            q4k_load(b0, wrow + (u64)lj * 144, h, live);
+            seq_next(lp, lj, P, W, nblk);
+        }
+        if (!(cp < P && cj < nblk))
+            break;
+        T = __fadd_rn(T, q4k_direct(b1, act, p.n_in, 8 * cj + 4 * h, h));
+        np = cp, nj = cj;
+        seq_next(np, nj, P, W, nblk);
+        if (np != cp) {
+            emit(cp, T);
+            T = 0.0f;
+        }
+        cp = np, cj = nj;
+        if (lp < P && lj < nblk) {
+            q4k_load(b1, wrow + (u64)lj * 144, h, live);
+            seq_next(lp, lj, P, W, nblk);
+        }
+    }
+    for (; cp < P; cp += W) /* parts without a step: + 0.0 each (kernels/mmvq.h) */
+        emit(cp, 0.0f);
+    if (W == 1) {
+        if (live && h == 0)
+            store_one(o, row, Y);
+        return;
+    }
+    __syncthreads();
+    if (gp == 0 && live && h == 0) {
+        float y = scr[(lt * P) * MMVQ_ROWS + r];
+        for (int q = 1; q < P; q++)
+            y = __fadd_rn(y, scr[(lt * P + q) * MMVQ_ROWS + r]);
+        store_one(o, row, y);
+    }
+}
+
 template <int B, int QT0, int QT1, int QT2, int QT3>
-MEMRA_DEV void mmvq_main(const memra_mmvq_params &p)
+MEMRA_DEV void mmvq_staged(const memra_mmvq_params &p)
 {
     constexpr int NT = (B + 7) / 8;
     constexpr int SLOT = max4(slot_of<QT0>::v, slot_of<QT1>::v, slot_of<QT2>::v, slot_of<QT3>::v);
@@ -879,14 +1190,8 @@ MEMRA_DEV void mmvq_main(const memra_mmvq_params &p)
     extern __shared__ __align__(16) u8 smem[];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int ks = p.ksplit, part = warp % ks;
-    int tile = blockIdx.x * (MMVQ_WARPS / ks) + warp / ks, wi = -1;
-    for (int i = 0; i < p.n_w && wi < 0; i++) {
-        const int n = (p.out[i].n_out + MMVQ_ROWS - 1) / MMVQ_ROWS;
-        if (tile < n)
-            wi = i;
-        else
-            tile -= n;
-    }
+    int tile = blockIdx.x * (MMVQ_WARPS / ks) + warp / ks;
+    const int wi = tile_weight(p, tile);
     float T[NT][4];
 #pragma unroll
     for (int i = 0; i < NT * 4; i++)
@@ -906,6 +1211,20 @@ MEMRA_DEV void mmvq_main(const memra_mmvq_params &p)
         parts_combine<NT>(T, smem, warp, part, ks, lane);
     if (part == 0 && wi >= 0)
         tile_store<B>(p.out[wi], tile, lane, T);
+}
+
+template <int B, int QT0, int QT1, int QT2, int QT3>
+MEMRA_DEV void mmvq_main(const memra_mmvq_params &p)
+{
+    /* B = 1 and every weight of a direct type: the direct path only (mmvq_params.h) */
+    constexpr bool DIRECT = B == 1 && direct_of<QT0>::v && (QT1 < 0 || direct_of<QT1>::v) &&
+                            (QT2 < 0 || direct_of<QT2>::v) && (QT3 < 0 || direct_of<QT3>::v);
+    if constexpr (DIRECT) {
+        extern __shared__ __align__(16) u8 smem[];
+        q4k_direct_main(p, smem);
+    } else {
+        mmvq_staged<B, QT0, QT1, QT2, QT3>(p);
+    }
 }
 
 #endif

@@ -608,7 +608,7 @@ static int bind_mmvq_launch(memra_cuda_backend *be, const memra_plan *p, uint32_
     int rc;
     memra_kernel_spec spec;
     char want[MEMRA_KERNEL_KEY_MAX];
-    MEMRA_TRY(memra_mmvq_prepare(&L->a.mmvq, be->info.sm, 0, &L->ml, err));
+    MEMRA_TRY(memra_mmvq_prepare(&L->a.mmvq, be->info.sm, be->info.n_sm, 0, &L->ml, err));
     const int32_t k = p->launches[i].kernel;
     if (k < 0 || (uint32_t)k >= p->n_kernels ||
         memra_kernel_spec_parse(p->kernels[k], be->info.sm, &spec, NULL) != MEMRA_OK ||

@@ -243,6 +243,18 @@ int memra_kernel_spec_threads(const memra_kernel_spec *spec)
     return spec->tpl == MEMRA_TPL_MMVQ ? 32 * MEMRA_MMVQ_WARPS : 256;
 }
 
+/* Whether a specialization is direct (mmvq_params.h MEMRA_MMVQ_DIRECT): B = 1 and every
+ * weight of a direct type. */
+static int mmvq_spec_direct(const memra_kernel_spec *spec)
+{
+    if (spec->tpl != MEMRA_TPL_MMVQ || spec->b != 1)
+        return 0;
+    for (int i = 0; i < spec->n_qt; i++)
+        if (!MEMRA_MMVQ_DIRECT(spec->qt[i]))
+            return 0;
+    return 1;
+}
+
 size_t memra_kernel_spec_smem(const memra_kernel_spec *spec)
 {
     if (spec->tpl != MEMRA_TPL_MMVQ)
@@ -253,6 +265,9 @@ size_t memra_kernel_spec_smem(const memra_kernel_spec *spec)
         if (mmvq_geom_of(spec->qt[i], &g) && MEMRA_MMVQ_SLOT(g.bytes, g.step) > slot)
             slot = MEMRA_MMVQ_SLOT(g.bytes, g.step);
     }
+    /* direct: the largest launch's staged q8_1 row (the launch passes its own size) */
+    if (mmvq_spec_direct(spec))
+        return (size_t)MEMRA_MMVQ_ACT_SMEM(MEMRA_MMVQ_DIRECT_MAX_IN);
     return (size_t)MEMRA_MMVQ_SMEM(slot);
 }
 
@@ -707,8 +722,8 @@ static int mmvq_check_out(const memra_mmvq_out *o, int i, int n_in, memra_err *e
     return MEMRA_OK;
 }
 
-int memra_mmvq_prepare(const memra_mmvq_args *args, int sm, int ksplit, memra_mmvq_launch *out,
-                       memra_err *err)
+int memra_mmvq_prepare(const memra_mmvq_args *args, int sm, int n_sm, int ksplit,
+                       memra_mmvq_launch *out, memra_err *err)
 {
     const char *why = args ? memra_mmvq_check(args) : "null args";
     if (why)
@@ -750,6 +765,22 @@ int memra_mmvq_prepare(const memra_mmvq_args *args, int sm, int ksplit, memra_mm
     out->params.ksplit = ks;
     out->threads = (unsigned)memra_kernel_spec_threads(&spec);
     out->smem = (unsigned)memra_kernel_spec_smem(&spec);
+    if (mmvq_spec_direct(&spec)) {
+        if (args->n_in > MEMRA_MMVQ_DIRECT_MAX_IN)
+            return MEMRA_FAIL(err, MEMRA_ERR_UNSUPPORTED,
+                              "mmvq: n_in %d above %d, the largest the B = 1 path of %s stages",
+                              args->n_in, MEMRA_MMVQ_DIRECT_MAX_IN, out->key);
+        out->smem = (unsigned)MEMRA_MMVQ_ACT_SMEM(args->n_in);
+        /* warps per tile: the fewest (longest streams per warp, no shared-memory fold at 1)
+         * that still put 16 warps on every SM; a speed choice only (the parts fold in order) */
+        const long want = 16L * (n_sm > 0 ? n_sm : 132);
+        int w = ks;
+        while (w > 1 && tiles * (w / 2) >= want)
+            w /= 2;
+        out->params.wpt = w;
+        out->grid = (unsigned)((tiles * w + MEMRA_MMVQ_WARPS - 1) / MEMRA_MMVQ_WARPS);
+        return MEMRA_OK;
+    }
     out->grid = (unsigned)((tiles * ks + MEMRA_MMVQ_WARPS - 1) / MEMRA_MMVQ_WARPS);
     return MEMRA_OK;
 }

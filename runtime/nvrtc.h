@@ -116,10 +116,11 @@ typedef struct memra_mmvq_launch {
 /* Validates args (kernels/mmvq.h) and fills the launch: key for sm, grid, parameters.
  * ksplit = 0 picks memra_mmvq_parts(n_in) (kernels/mmvq.h: the canonical order, a function
  * of n_in only, so every output equals memra_mmvq_dot's; what the backend uses); 1, 2,
- * 4 or 8 forces another order (tests of the combine path only: not CPU-exact). Weights must be
+ * 4 or 8 forces another order (tests of the combine path only: not CPU-exact). n_sm: the
+ * device's SM count (0: 132), which sizes the B = 1 direct path's warps per tile. Weights must be
  * 16-byte aligned and every row_bytes must equal the qtype's bytes for n_in elements. */
-int memra_mmvq_prepare(const memra_mmvq_args *args, int sm, int ksplit, memra_mmvq_launch *out,
-                       memra_err *err);
+int memra_mmvq_prepare(const memra_mmvq_args *args, int sm, int n_sm, int ksplit,
+                       memra_mmvq_launch *out, memra_err *err);
 
 /* Whether mmvq can specialize weight type qt (memra_qtype), and its dot block in elements. */
 int memra_mmvq_supports(int qt);

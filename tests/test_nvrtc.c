@@ -155,11 +155,13 @@ START_TEST(test_geometry_matches_quant)
         MEMRA_MMVQ_TYPES(STEP_CASE)
 #undef STEP_CASE
         ck_assert_int_eq(memra_mmvq_step_blocks(qt), step);
+        /* the planner's view of the direct path is the template's */
+        ck_assert_int_eq(memra_mmvq_direct(qt), MEMRA_MMVQ_DIRECT(qt));
         memra_mmvq_args a = mmvq_args(qt, 256, 1, 1);
         ck_assert_uint_eq(a.out[0].row_bytes,
                           memra_quant_row_bytes((memra_qtype)qt, 256));
         memra_mmvq_launch l;
-        ck_assert_int_eq(memra_mmvq_prepare(&a, 90, 0, &l, NULL), MEMRA_OK);
+        ck_assert_int_eq(memra_mmvq_prepare(&a, 90, 132, 0, &l, NULL), MEMRA_OK);
     }
     ck_assert_int_eq(n, 15);
 }
@@ -171,7 +173,7 @@ START_TEST(test_mmvq_prepare)
     memra_err e;
     memra_err_clear(&e);
     memra_mmvq_args a = mmvq_args(MEMRA_QT_Q4_K, 4096, 4097, 8);
-    ck_assert_int_eq(memra_mmvq_prepare(&a, 90, 0, &l, &e), MEMRA_OK);
+    ck_assert_int_eq(memra_mmvq_prepare(&a, 90, 132, 0, &l, &e), MEMRA_OK);
     ck_assert_str_eq(l.key, "mmvq:qt=q4_K:b=8:sm=90");
     /* 4097 outputs = 257 tiles of 16; n_in 4096 gives the canonical P = 8 parts, one warp
      * each: 257 CUDA blocks of 8 warps */
@@ -180,21 +182,52 @@ START_TEST(test_mmvq_prepare)
     ck_assert_uint_eq(l.grid, 257);
     ck_assert_uint_eq(l.threads, 256);
     ck_assert_uint_eq(l.smem, MEMRA_MMVQ_SMEM(144));
-    ck_assert_int_eq(memra_mmvq_prepare(&a, 90, 1, &l, &e), MEMRA_OK);
+    ck_assert_int_eq(memra_mmvq_prepare(&a, 90, 132, 1, &l, &e), MEMRA_OK);
     ck_assert_uint_eq(l.grid, 33); /* ceil(257 / 8) */
 
     /* ksplit depends on n_in only, never on b, n_out or the other weights */
     for (int b = 1; b <= 16; b++) {
         a.b = b;
-        ck_assert_int_eq(memra_mmvq_prepare(&a, 90, 0, &l, &e), MEMRA_OK);
+        ck_assert_int_eq(memra_mmvq_prepare(&a, 90, 132, 0, &l, &e), MEMRA_OK);
         ck_assert_int_eq(l.params.ksplit, 8);
     }
     memra_mmvq_args few = mmvq_args(MEMRA_QT_Q4_K, 4096, 16, 1); /* one tile: still 8 parts */
-    ck_assert_int_eq(memra_mmvq_prepare(&few, 90, 0, &l, &e), MEMRA_OK);
+    ck_assert_int_eq(memra_mmvq_prepare(&few, 90, 132, 0, &l, &e), MEMRA_OK);
     ck_assert_int_eq(l.params.ksplit, 8);
     few = mmvq_args(MEMRA_QT_Q4_K, 256, 16, 1); /* one 256-step: no split */
-    ck_assert_int_eq(memra_mmvq_prepare(&few, 90, 0, &l, &e), MEMRA_OK);
+    ck_assert_int_eq(memra_mmvq_prepare(&few, 90, 132, 0, &l, &e), MEMRA_OK);
     ck_assert_int_eq(l.params.ksplit, 1);
+    /* B = 1 with q4_K only is the direct path: the staged q8_1 row is its shared memory
+     * (codes, fp32 d, int32 sums: 1.25 n_in bytes, at least the combine's 4 KB scratch), the
+     * same grid; a larger n_in than it stages fails with a message */
+    few = mmvq_args(MEMRA_QT_Q4_K, 12288, 4096, 1);
+    ck_assert_int_eq(memra_mmvq_prepare(&few, 90, 132, 0, &l, &e), MEMRA_OK);
+    ck_assert_uint_eq(l.smem, 12288 + 12288 / 32 * 8 + 2048);
+    /* 256 tiles: all 8 parts on 8 warps per tile (2 048 warps, under 16 per SM already) */
+    ck_assert_int_eq(l.params.wpt, 8);
+    ck_assert_uint_eq(l.grid, 256);
+    /* 15 520 tiles (an lm_head): one warp runs a tile's 8 parts, 8 tiles per CUDA block */
+    few = mmvq_args(MEMRA_QT_Q4_K, 4096, 248320, 1);
+    ck_assert_int_eq(memra_mmvq_prepare(&few, 90, 132, 0, &l, &e), MEMRA_OK);
+    ck_assert_int_eq(l.params.wpt, 1);
+    ck_assert_uint_eq(l.grid, 1940);
+    /* 1 536 tiles: 2 warps per tile keep 3 072 >= 16 x 132 warps; 1 SM asks for fewer */
+    few = mmvq_args(MEMRA_QT_Q4_K, 4096, 1536 * 16, 1);
+    ck_assert_int_eq(memra_mmvq_prepare(&few, 90, 132, 0, &l, &e), MEMRA_OK);
+    ck_assert_int_eq(l.params.wpt, 2);
+    ck_assert_uint_eq(l.grid, 384);
+    ck_assert_int_eq(memra_mmvq_prepare(&few, 90, 1, 0, &l, &e), MEMRA_OK);
+    ck_assert_int_eq(l.params.wpt, 1);
+    few = mmvq_args(MEMRA_QT_Q4_K, 256, 16, 1);
+    ck_assert_int_eq(memra_mmvq_prepare(&few, 90, 132, 0, &l, &e), MEMRA_OK);
+    ck_assert_uint_eq(l.smem, 256 + 64 + 2048);
+    few.b = 2; /* B = 2 stages */
+    ck_assert_int_eq(memra_mmvq_prepare(&few, 90, 132, 0, &l, &e), MEMRA_OK);
+    ck_assert_uint_eq(l.smem, MEMRA_MMVQ_SMEM(144));
+    few = mmvq_args(MEMRA_QT_Q4_K, MEMRA_MMVQ_DIRECT_MAX_IN + 256, 16, 1);
+    ck_assert_int_eq(memra_mmvq_prepare(&few, 90, 132, 0, &l, &e), MEMRA_ERR_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(e.msg, "B = 1 path"));
+    memra_err_clear(&e);
     static const int parts[][2] = {{32, 1},   {511, 1},   {512, 1},   {1023, 1}, {1024, 2},
                                    {2048, 4}, {3072, 4},  {4096, 8},  {12288, 8}, {14336, 8}};
     for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
@@ -202,27 +235,27 @@ START_TEST(test_mmvq_prepare)
 
     a = mmvq_args(MEMRA_QT_Q4_K, 4096, 16, 1);
     a.out[0].row_bytes += 1;
-    ck_assert_int_eq(memra_mmvq_prepare(&a, 90, 0, &l, &e), MEMRA_ERR_INVALID_ARG);
+    ck_assert_int_eq(memra_mmvq_prepare(&a, 90, 132, 0, &l, &e), MEMRA_ERR_INVALID_ARG);
     ck_assert_ptr_nonnull(strstr(e.msg, "row_bytes"));
     memra_err_clear(&e);
     a = mmvq_args(MEMRA_QT_Q4_K, 4000, 16, 1);
-    ck_assert_int_eq(memra_mmvq_prepare(&a, 90, 0, &l, &e), MEMRA_ERR_INVALID_ARG);
+    ck_assert_int_eq(memra_mmvq_prepare(&a, 90, 132, 0, &l, &e), MEMRA_ERR_INVALID_ARG);
     ck_assert_ptr_nonnull(strstr(e.msg, "not a multiple"));
     memra_err_clear(&e);
     a = mmvq_args(MEMRA_QT_Q4_0, 64, 16, 1);
     a.out[0].w = (const char *)a.out[0].w + 2;
-    ck_assert_int_eq(memra_mmvq_prepare(&a, 90, 0, &l, &e), MEMRA_ERR_INVALID_ARG);
+    ck_assert_int_eq(memra_mmvq_prepare(&a, 90, 132, 0, &l, &e), MEMRA_ERR_INVALID_ARG);
     ck_assert_ptr_nonnull(strstr(e.msg, "aligned"));
     memra_err_clear(&e);
     a = mmvq_args(MEMRA_QT_Q4_0, 64, 16, 17);
-    ck_assert_int_eq(memra_mmvq_prepare(&a, 90, 0, &l, &e), MEMRA_ERR_INVALID_ARG);
+    ck_assert_int_eq(memra_mmvq_prepare(&a, 90, 132, 0, &l, &e), MEMRA_ERR_INVALID_ARG);
     a = mmvq_args(MEMRA_QT_Q4_0, 64, 16, 1);
-    ck_assert_int_eq(memra_mmvq_prepare(&a, 90, 3, &l, &e), MEMRA_ERR_INVALID_ARG);
-    ck_assert_int_eq(memra_mmvq_prepare(&a, 90, 16, &l, &e), MEMRA_ERR_INVALID_ARG);
-    ck_assert_int_eq(memra_mmvq_prepare(&a, 90, 8, &l, &e), MEMRA_OK);
+    ck_assert_int_eq(memra_mmvq_prepare(&a, 90, 132, 3, &l, &e), MEMRA_ERR_INVALID_ARG);
+    ck_assert_int_eq(memra_mmvq_prepare(&a, 90, 132, 16, &l, &e), MEMRA_ERR_INVALID_ARG);
+    ck_assert_int_eq(memra_mmvq_prepare(&a, 90, 132, 8, &l, &e), MEMRA_OK);
     a.out[0].qtype = MEMRA_QT_Q2_K;
-    ck_assert_int_eq(memra_mmvq_prepare(&a, 90, 0, &l, &e), MEMRA_ERR_UNSUPPORTED);
-    ck_assert_int_eq(memra_mmvq_prepare(NULL, 90, 0, &l, &e), MEMRA_ERR_INVALID_ARG);
+    ck_assert_int_eq(memra_mmvq_prepare(&a, 90, 132, 0, &l, &e), MEMRA_ERR_UNSUPPORTED);
+    ck_assert_int_eq(memra_mmvq_prepare(NULL, 90, 132, 0, &l, &e), MEMRA_ERR_INVALID_ARG);
 }
 END_TEST
 

@@ -313,12 +313,33 @@ static void mmvq_run(const memra_mmvq_args *args, int ksplit, int *ks_used)
     memra_mmvq_launch L;
     memra_err e;
     memra_err_clear(&e);
-    ck_assert_msg(memra_mmvq_prepare(args, G.sm, ksplit, &L, &e) == MEMRA_OK, "%s", e.msg);
+    ck_assert_msg(memra_mmvq_prepare(args, G.sm, 0, ksplit, &L, &e) == MEMRA_OK, "%s", e.msg);
     CUfunction f = kernel(L.key);
     void *params[] = {&L.params};
     CU_OK(cuLaunchKernel(f, L.grid, 1, 1, L.threads, 1, 1, L.smem, G.st, params, NULL));
     if (ks_used)
         *ks_used = L.params.ksplit;
+}
+
+/* A B = 1 direct-path launch (mmvq_params.h) with wpt warps per tile forced instead of the
+ * occupancy choice; 0 when the launch is not direct or wpt does not divide its P. */
+static int mmvq_run_wpt(const memra_mmvq_args *args, int wpt)
+{
+    memra_mmvq_launch L;
+    memra_err e;
+    memra_err_clear(&e);
+    ck_assert_msg(memra_mmvq_prepare(args, G.sm, 0, 0, &L, &e) == MEMRA_OK, "%s", e.msg);
+    if (L.params.wpt == 0 || L.params.ksplit % wpt != 0)
+        return 0;
+    long tiles = 0;
+    for (int i = 0; i < args->n_w; i++)
+        tiles += (args->out[i].n_out + MEMRA_MMVQ_ROWS - 1) / MEMRA_MMVQ_ROWS;
+    L.params.wpt = wpt;
+    L.grid = (unsigned)((tiles * wpt + MEMRA_MMVQ_WARPS - 1) / MEMRA_MMVQ_WARPS);
+    CUfunction f = kernel(L.key);
+    void *params[] = {&L.params};
+    CU_OK(cuLaunchKernel(f, L.grid, 1, 1, L.threads, 1, 1, L.smem, G.st, params, NULL));
+    return 1;
 }
 
 /* Per-qtype tallies of one test, printed as a TABLE line. */
@@ -436,6 +457,19 @@ static void mmvq_case(int qt, int K, int N, tally *t, tu_rng *rng)
         t->rerun_bad++;
         report(t, "%s K=%d N=%d: second B=16 launch differs", memra_qtype_get(qt)->name, K, N);
     }
+    /* the B = 1 direct path with every warps-per-tile split: bit-identical to the CPU */
+    args.b = 1;
+    for (int wpt = 1; wpt <= 8; wpt *= 2) {
+        CU_OK(cuMemsetD8(dy, 0xFF, (size_t)16 * N * 4));
+        if (!mmvq_run_wpt(&args, wpt))
+            continue;
+        t->launches++;
+        CU_OK(cuMemcpyDtoH(y, dy, (size_t)N * 4));
+        snprintf(what, sizeof what, "%s K=%d N=%d B=1 direct wpt=%d", memra_qtype_get(qt)->name,
+                 K, N, wpt);
+        check_vs_ref(t, what, y, ref, sabs, 1, N, nblk, 1);
+    }
+    args.b = 16;
     /* every ksplit on B = 16: the canonical one must be bit-identical to the CPU */
     for (int ks = 1; ks <= 8; ks *= 2) {
         CU_OK(cuMemsetD8(dy, 0xFF, (size_t)16 * N * 4));
@@ -514,8 +548,6 @@ END_TEST
  * must match byte for byte; otherwise v is within the summation bound times |scale| (an exact
  * power-of-two scale keeps it exact, -1.25 adds one rounding: + 2^-24 |v|), and the add into
  * y_init one more rounding each side (+ 2^-23 |y|). */
-enum { MG_K = 4096 };
-static const int mg_qts[3] = {MEMRA_QT_Q4_K, MEMRA_QT_Q6_K, MEMRA_QT_Q8_0};
 static const int mg_n[3] = {300, 77, 129}, mg_modes[3] = {0, 1, 0};
 static const float mg_scales[3] = {1.0f, 0.5f, -1.25f};
 
@@ -525,38 +557,41 @@ typedef struct merged {
     uint8_t *w[3];
     float *ref[3], *sabs[3], *yinit[3], *y[3], *y1[3]; /* [16, n_i] */
     memra_mmvq_args args;
+    int qt[3], K;
 } merged;
 
-static void merged_open(merged *m, tu_rng *rng)
+static void merged_open(merged *m, tu_rng *rng, const int qt[3], int K)
 {
-    const size_t ab = (size_t)16 * (MG_K / 32) * sizeof *m->a;
-    float *x = malloc((size_t)16 * MG_K * 4);
+    m->K = K;
+    memcpy(m->qt, qt, sizeof m->qt);
+    const size_t ab = (size_t)16 * (m->K / 32) * sizeof *m->a;
+    float *x = malloc((size_t)16 * m->K * 4);
     m->a = malloc(ab);
-    fill_acts(x, 16, MG_K, rng);
+    fill_acts(x, 16, m->K, rng);
     for (int b = 0; b < 16; b++)
-        memra_quantize_q8_1(x + (size_t)b * MG_K, m->a + (size_t)b * (MG_K / 32), MG_K);
+        memra_quantize_q8_1(x + (size_t)b * m->K, m->a + (size_t)b * (m->K / 32), m->K);
     free(x);
     m->da = dalloc(ab);
     CU_OK(cuMemcpyHtoD(m->da, m->a, ab));
-    m->args = (memra_mmvq_args){.a = dptr(m->da), .n_in = MG_K, .n_w = 3};
+    m->args = (memra_mmvq_args){.a = dptr(m->da), .n_in = m->K, .n_w = 3};
     for (int i = 0; i < 3; i++) {
-        const size_t rb = memra_quant_row_bytes((memra_qtype)mg_qts[i], MG_K);
-        const size_t db = memra_quant_dot_block_bytes((memra_qtype)mg_qts[i]), n = 16 * mg_n[i];
+        const size_t rb = memra_quant_row_bytes((memra_qtype)m->qt[i], m->K);
+        const size_t db = memra_quant_dot_block_bytes((memra_qtype)m->qt[i]), n = 16 * mg_n[i];
         m->w[i] = malloc(rb * mg_n[i]);
         for (size_t off = 0; off < rb * mg_n[i]; off += db)
-            fill_block(mg_qts[i], m->w[i] + off, db, rng);
+            fill_block(m->qt[i], m->w[i] + off, db, rng);
         m->ref[i] = malloc(n * 4), m->sabs[i] = malloc(n * 4), m->yinit[i] = malloc(n * 4);
         m->y[i] = malloc(n * 4), m->y1[i] = malloc(n * 4);
         for (size_t k = 0; k < n; k++)
             m->yinit[i][k] = tu_rng_normal(rng);
-        ref_job j = {.qt = mg_qts[i], .K = MG_K, .N = mg_n[i], .w = m->w[i], .a = m->a,
+        ref_job j = {.qt = m->qt[i], .K = m->K, .N = mg_n[i], .w = m->w[i], .a = m->a,
                      .ref = m->ref[i], .sabs = m->sabs[i]};
         cpu_ref(&j);
         m->dw[i] = dalloc(rb * mg_n[i]), m->dy[i] = dalloc(n * 4), m->dsc[i] = dalloc(4);
         CU_OK(cuMemcpyHtoD(m->dw[i], m->w[i], rb * mg_n[i]));
         CU_OK(cuMemcpyHtoD(m->dsc[i], &mg_scales[i], 4));
         m->args.out[i] = (memra_mmvq_out){.w = dptr(m->dw[i]), .y = dptr(m->dy[i]),
-                                          .qtype = mg_qts[i], .n_out = mg_n[i], .row_bytes = rb,
+                                          .qtype = m->qt[i], .n_out = mg_n[i], .row_bytes = rb,
                                           .mode = mg_modes[i],
                                           .scale = i ? dptr(m->dsc[i]) : NULL};
     }
@@ -586,7 +621,7 @@ static long merged_values(merged *m, int B, int ks, long *pairs)
         CU_OK(cuMemcpyHtoD(m->dy[i], m->yinit[i], (size_t)16 * mg_n[i] * 4));
     mmvq_run(&m->args, ks, &used);
     for (int i = 0; i < 3; i++) {
-        const int nblk = MG_K / memra_quant_dot_block_elems((memra_qtype)mg_qts[i]);
+        const int nblk = m->K / memra_quant_dot_block_elems((memra_qtype)m->qt[i]);
         CU_OK(cuMemcpyDtoH(m->y[i], m->dy[i], (size_t)B * mg_n[i] * 4));
         for (int k = 0; k < B * mg_n[i]; k++, (*pairs)++) {
             const float v = m->ref[i][k] * mg_scales[i];
@@ -594,7 +629,7 @@ static long merged_values(merged *m, int B, int ks, long *pairs)
             const double tol = 2.0 * 1.001 * (nblk - 1) * 0x1p-24 * m->sabs[i][k] *
                                    fabsf(mg_scales[i]) +
                                0x1p-24 * fabs(v) + 0x1p-23 * fabs(want);
-            const int exact = used == memra_mmvq_parts(MG_K);
+            const int exact = used == memra_mmvq_parts(m->K);
             const int ok = exact ? memcmp(&m->y[i][k], &want, 4) == 0
                                  : fabs((double)m->y[i][k] - want) <= tol;
             if (!ok && bad++ < 6)
@@ -616,7 +651,7 @@ static long merged_isolation(merged *m)
     mmvq_run(&m->args, 0, NULL);
     for (int i = 0; i < 3; i++)
         CU_OK(cuMemcpyDtoH(m->y[i], m->dy[i], (size_t)16 * mg_n[i] * 4));
-    const size_t rowa = (size_t)(MG_K / 32) * sizeof(memra_block_q8_1);
+    const size_t rowa = (size_t)(m->K / 32) * sizeof(memra_block_q8_1);
     for (int b = 0; b < 16; b++) {
         memra_mmvq_args one = m->args;
         one.b = 1;
@@ -635,24 +670,38 @@ static long merged_isolation(merged *m)
     return bad;
 }
 
+static void merged_case(const char *name, const int qt[3], int K)
+{
+    tu_rng rng;
+    tu_rng_seed(&rng, 4242);
+    merged m;
+    merged_open(&m, &rng, qt, K);
+    long bad = 0, pairs = 0;
+    static const int Bs[3] = {1, 5, 16};
+    for (int bi = 0; bi < 3; bi++)
+        for (int ks = 0; ks <= 1; ks++) /* canonical (exact), then forced 1 */
+            bad += merged_values(&m, Bs[bi], ks, &pairs);
+    const long iso_bad = merged_isolation(&m);
+    printf("TABLE|mmvq merged %s K=%d: %ld/%ld ok, isolation %s\n", name, K, pairs - bad, pairs,
+           iso_bad ? "FAIL" : "ok");
+    merged_close(&m);
+    ck_assert_msg(bad == 0 && iso_bad == 0, "merged %s: %ld wrong, %ld isolation", name, bad,
+                  iso_bad);
+}
+
 START_TEST(test_mmvq_merged)
 {
     GPU_OR_SKIP();
     BENCH_ONLY_SKIP();
-    tu_rng rng;
-    tu_rng_seed(&rng, 4242);
-    merged m;
-    merged_open(&m, &rng);
-    long bad = 0, pairs = 0;
-    static const int Bs[3] = {1, 5, 16};
-    for (int bi = 0; bi < 3; bi++)
-        for (int ks = 0; ks <= 1; ks++) /* canonical (8 for K = 4096, exact), then forced 1 */
-            bad += merged_values(&m, Bs[bi], ks, &pairs);
-    const long iso_bad = merged_isolation(&m);
-    printf("TABLE|mmvq merged q4_K+q6_K(add,x0.5)+q8_0(x-1.25): %ld/%ld ok, isolation %s\n",
-           pairs - bad, pairs, iso_bad ? "FAIL" : "ok");
-    merged_close(&m);
-    ck_assert_msg(bad == 0 && iso_bad == 0, "merged: %ld wrong, %ld isolation", bad, iso_bad);
+    static const int mixed[3] = {MEMRA_QT_Q4_K, MEMRA_QT_Q6_K, MEMRA_QT_Q8_0};
+    merged_case("q4_K+q6_K(add,x0.5)+q8_0(x-1.25)", mixed, 4096);
+    /* every weight q4_K: B = 1 takes the direct path; K = 2048 gives P = 4, so a CUDA block
+     * holds two tiles, and with 300 outputs (19 tiles) block 9 straddles weights 0 and 1 */
+    static const int direct[3] = {MEMRA_QT_Q4_K, MEMRA_QT_Q4_K, MEMRA_QT_Q4_K};
+    merged_case("q4_K+q4_K(add,x0.5)+q4_K(x-1.25)", direct, 4096);
+    merged_case("q4_K+q4_K(add,x0.5)+q4_K(x-1.25)", direct, 2048);
+    /* 11 blocks in P = 4 parts: 3, 3, 3, 2 steps */
+    merged_case("q4_K+q4_K(add,x0.5)+q4_K(x-1.25)", direct, 2816);
 }
 END_TEST
 
@@ -842,7 +891,7 @@ static void bench_prewarm(CUdeviceptr da, CUdeviceptr dy)
             memra_mmvq_args a = shape_args(&k_shapes[si], k_bench_B[bi], 256, (size_t)1 << 40, 0,
                                            da, dy);
             memra_mmvq_launch L;
-            ck_assert_int_eq(memra_mmvq_prepare(&a, G.sm, 0, &L, NULL), MEMRA_OK);
+            ck_assert_int_eq(memra_mmvq_prepare(&a, G.sm, 0, 0, &L, NULL), MEMRA_OK);
             snprintf(k.key[si * 5 + bi], MEMRA_KERNEL_KEY_MAX, "%s", L.key);
         }
     atomic_store(&k.next, 0);
@@ -879,7 +928,7 @@ static double bench_shape_us(const graph_api *ga, CUstream st, const bench_shape
         memra_mmvq_launch L;
         memra_err e;
         memra_err_clear(&e);
-        ck_assert_msg(memra_mmvq_prepare(&a, G.sm, 0, &L, &e) == MEMRA_OK, "%s", e.msg);
+        ck_assert_msg(memra_mmvq_prepare(&a, G.sm, 0, 0, &L, &e) == MEMRA_OK, "%s", e.msg);
         CUfunction f = kernel(L.key);
         void *params[] = {&L.params};
         CUlaunchAttribute attr;
