@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "attn_decode.h"
+#include "mmvq.h"
 #include "ops.h"
 #include "plan.h"
 #include "qtype.h"
@@ -263,6 +264,8 @@ static void push_qtypes(lua_State *L)
         lua_setfield(L, -2, "block_elems");
         lua_pushinteger(L, q->block_bytes);
         lua_setfield(L, -2, "block_bytes");
+        lua_pushboolean(L, memra_mmvq_direct((int32_t)id));
+        lua_setfield(L, -2, "mmvq_direct");
         for (uint32_t wc = 0; wc < MEMRA_WC_COUNT; wc++) {
             lua_pushboolean(L, memra_weight_class_accepts(wc, id));
             lua_setfield(L, -2, memra_weight_class_name(wc));
