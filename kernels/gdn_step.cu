@@ -109,9 +109,24 @@ __device__ __forceinline__ int key_head(const memra_gdn_step_args &a, const gdn_
  * in lanes 0..15. Which warp runs which rows changes no bit: each row is its own sums.
  * Lane l's elements of a row: 4l..4l+3, then 128+4l.. (VEC = 2): increasing i, the canonical
  * lane layout. */
+/* Lane l's share of rows [jb, jb + 16 / VEC) of S_h^T (the first step of delta_rows). */
+template <int VEC>
+__device__ __forceinline__ void load_rows(const float *St, int jb, float4 (&s)[16 / VEC][VEC])
+{
+    constexpr int DK = 128 * VEC;
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int rr = 0; rr < 16 / VEC; rr++)
+#pragma unroll
+        for (int v = 0; v < VEC; v++)
+            s[rr][v] = *(const float4 *)(St + (size_t)(jb + rr) * DK + 4 * lane + 128 * v);
+}
+
+/* first: the rows of step 0, loaded by the caller (load_rows at j0). */
 template <int VEC>
 __device__ float delta_rows(float *St, int j0, const float (&k)[VEC][4], const float (&q)[VEC][4],
-                            const float *uv, float lambda, float beta)
+                            const float *uv, float lambda, float beta,
+                            const float4 (&first)[16 / VEC][VEC])
 {
     constexpr int DK = 128 * VEC, ROWS = 16 / VEC;
     const int lane = threadIdx.x & 31;
@@ -120,11 +135,15 @@ __device__ float delta_rows(float *St, int j0, const float (&k)[VEC][4], const f
     for (int step = 0; step < kFastRows / ROWS; step++) {
         const int jb = j0 + step * ROWS;
         float4 s[ROWS][VEC];
+        if (step == 0) {
 #pragma unroll
-        for (int rr = 0; rr < ROWS; rr++)
+            for (int rr = 0; rr < ROWS; rr++)
 #pragma unroll
-            for (int v = 0; v < VEC; v++)
-                s[rr][v] = *(const float4 *)(St + (size_t)(jb + rr) * DK + 4 * lane + 128 * v);
+                for (int v = 0; v < VEC; v++)
+                    s[rr][v] = first[rr][v];
+        } else {
+            load_rows<VEC>(St, jb, s);
+        }
         float r[ROWS];
 #pragma unroll
         for (int rr = 0; rr < ROWS; rr++) {
@@ -179,6 +198,16 @@ __global__ void __launch_bounds__(W * 32) gdn_step_fast(memra_gdn_step_args a, g
     const int ka = blockIdx.x / g.r, mi = blockIdx.x % g.r, b = blockIdx.y, dv = a.head_v_dim;
     const int h = a.head_map == MEMRA_GDN_HEADS_TILED ? ka + mi * a.n_k_head : ka * g.r + mi;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    /* Small grids (W = 8): the warp's first state rows load before the wait. S is this op's
+     * own state, last written a tick ago (every kernel before the previous one has completed
+     * once this one runs: each releases its dependent only after its own wait), so its DRAM
+     * latency overlaps the previous kernel's tail and the conv step below. (W = 4 grids fill
+     * the GPU anyway, and holding the rows there spills.) */
+    constexpr bool PRE = W == kFastWarpsSmall;
+    float *St = (float *)(uintptr_t)a.ssm_state[b] + (size_t)h * (size_t)dv * DK;
+    float4 first[16 / VEC][VEC];
+    if (PRE && warp < dv / kFastRows)
+        load_rows<VEC>(St, kFastRows * warp, first);
     pdl_wait_release();
     /* conv + silu of q_a, k_a, v_h from the old state; v_h's channels are this CTA's only */
     for (int ci = threadIdx.x; ci < 2 * DK + dv; ci += blockDim.x) {
@@ -221,9 +250,10 @@ __global__ void __launch_bounds__(W * 32) gdn_step_fast(memra_gdn_step_args a, g
     const size_t bh = (size_t)b * (size_t)a.n_v_head + (size_t)h;
     const float beta = memra_gdn_beta(a.beta[bh]);
     const float lambda = memra_gdn_decay(a.ssm_a[h], a.alpha[bh], a.dt_bias[h]);
-    float *St = (float *)(uintptr_t)a.ssm_state[b] + (size_t)h * (size_t)dv * DK;
     for (int grp = warp; grp < dv / kFastRows; grp += W) {
-        const float o = delta_rows<VEC>(St, kFastRows * grp, k, q, uv, lambda, beta);
+        if (!PRE || grp != warp)
+            load_rows<VEC>(St, kFastRows * grp, first);
+        const float o = delta_rows<VEC>(St, kFastRows * grp, k, q, uv, lambda, beta, first);
         if (lane < kFastRows)
             so[kFastRows * grp + lane] = o;
     }

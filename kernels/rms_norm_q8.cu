@@ -19,20 +19,60 @@ namespace {
 constexpr int kThreads = MEMRA_RMS_NORM_Q8_THREADS; /* part of the summation order */
 static_assert(kThreads % 32 == 0 && kThreads <= 1024, "block_sum_f64: whole warps, at most 32");
 
+/* Elements per thread kept in registers between the sum and the quantization (n up to
+ * kMaxPer * kThreads); wider rows read x again. Thread t's elements j = t + kThreads i are
+ * both its sum terms (in that order) and, with kThreads = 32 x 32, lane t % 32 of the q8_1
+ * blocks k = t / 32 + 32 i its warp quantizes. */
+constexpr int kMaxPer = 8;
+static_assert(kThreads == 1024, "the register path pairs sum terms with quantized blocks");
+
 __global__ void __launch_bounds__(kThreads) rms_norm_q8_kernel(memra_rms_norm_q8_args a)
 {
     __shared__ double red[33];
     const int b = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const float *x = a.x + (size_t)b * (size_t)a.n; /* [n] */
+    const bool regs = a.n <= kMaxPer * kThreads;
+    float xv[kMaxPer], wv[kMaxPer];
+    if (regs) /* the norm weight does not depend on the previous kernel: load it first */
+#pragma unroll
+        for (int i = 0; i < kMaxPer; i++) {
+            const int j = threadIdx.x + kThreads * i;
+            wv[i] = j < a.n ? a.w[j] : 0.0f;
+        }
     pdl_wait_release();
     double ss = 0.0;
-    for (int j = threadIdx.x; j < a.n; j += kThreads)
-        ss += (double)x[j] * (double)x[j];
+    if (regs) {
+#pragma unroll
+        for (int i = 0; i < kMaxPer; i++) {
+            const int j = threadIdx.x + kThreads * i;
+            xv[i] = j < a.n ? x[j] : 0.0f;
+        }
+#pragma unroll
+        for (int i = 0; i < kMaxPer; i++)
+            if (threadIdx.x + kThreads * i < a.n)
+                ss += (double)xv[i] * (double)xv[i];
+    } else {
+        for (int j = threadIdx.x; j < a.n; j += kThreads)
+            ss += (double)x[j] * (double)x[j];
+    }
     ss = block_sum_f64(ss, red);
     const float mean = (float)(ss / (double)a.n);
     const float scale = 1.0f / sqrtf(mean + a.eps); /* eps inside the sqrt, added to the mean */
     const int nblk = a.n / 32;
     u8 *yq = (u8 *)a.y_q + (size_t)b * (size_t)nblk * Q8_1_BYTES;
+    if (regs) {
+#pragma unroll
+        for (int i = 0; i < kMaxPer; i++) {
+            const int k = warp + 32 * i, j = 32 * k + lane;
+            if (k >= nblk)
+                break;
+            const float y = __fmul_rn(wv[i], __fmul_rn(xv[i], scale));
+            q8_1_quantize_warp(y, lane, yq + (size_t)k * Q8_1_BYTES);
+            if (a.y_f32)
+                a.y_f32[(size_t)b * (size_t)a.n + (size_t)j] = y;
+        }
+        return;
+    }
     for (int k = warp; k < nblk; k += kThreads / 32) {
         const int j = 32 * k + lane;
         const float y = __fmul_rn(a.w[j], __fmul_rn(x[j], scale));
