@@ -5,7 +5,8 @@
 # bench/device-bench.sh takes them) and, when SASS_KEYS is set, bench/device-sass.sh on them.
 # MMVQ_TESTS=1 adds memra-gpu-tests (the NVRTC mmvq template: exactness of every qtype at
 # B 1..16 and the per-shape bandwidth table) next to the op tests.
-# No backend gates (scripts/device-gates.sh / device-all.sh run those).
+# No backend gates (scripts/device-gates.sh / device-all.sh run those). BENCH=0 skips the
+# bench (and the forge), NCU=1 adds bench/device-ncu.sh (Nsight Compute on the mmvq shapes).
 #
 #   scripts/device-all.sh carry   HERE (both carry folders)
 #   scripts/device-quick.sh       THERE, with .carry/cudabackend and .carry/bench carried
@@ -18,7 +19,7 @@ mkdir -p "$out/bench"
 export XDG_CACHE_HOME=/tmp/memra-cache
 # shellcheck source=scripts/forge-9b-bg.sh
 . "$root/scripts/forge-9b-bg.sh"
-forge_9b_bg 240
+if [ "${BENCH:-1}" != 0 ]; then forge_9b_bg 240; else forge=; fi
 (
   export LD_LIBRARY_PATH=$root/.carry/cudabackend/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   CK_FORK=no timeout "${OPS_LIMIT:-90}" "$root/.carry/cudabackend/bin/memra-gpu-ops-tests" >"$out/ops.log" 2>&1
@@ -28,13 +29,19 @@ forge_9b_bg 240
     echo "memra-gpu-tests rc=$?" >>"$out/mmvq.log"
   fi
 )
-wait $forge
-OUT=$out/bench BUDGET=${BENCH_BUDGET:-150} bench/device-bench.sh >"$out/bench/summary.txt" 2>&1
-rm -f "$out/bench/kcache.tgz"
+[ -n "$forge" ] && wait "$forge"
+if [ "${BENCH:-1}" != 0 ]; then
+  OUT=$out/bench BUDGET=${BENCH_BUDGET:-150} bench/device-bench.sh >"$out/bench/summary.txt" 2>&1
+  rm -f "$out/bench/kcache.tgz"
+fi
+if [ -n "${NCU:-}" ]; then # Nsight Compute on the mmvq bench shapes (kernels cached by now)
+  OUT=$out bench/device-ncu.sh >"$out/ncu-digest.txt" 2>&1
+fi
 if [ -n "${SASS_KEYS:-}" ]; then
   # shellcheck disable=SC2086 # a list of keys
   OUT=$out bench/device-sass.sh $SASS_KEYS
 fi
-tail -n 30 "$out/bench/summary.txt"
-[ -f "$out/mmvq.log" ] && grep -E "^TABLE\||Checks|:F:|:E:|rc=" "$out/mmvq.log" | cut -c1-160
+[ -f "$out/bench/summary.txt" ] && tail -n 30 "$out/bench/summary.txt"
+[ -f "$out/ncu-digest.txt" ] && tail -n 40 "$out/ncu-digest.txt" | cut -c1-200
+[ -f "$out/mmvq.log" ] && grep -E "^TABLE\||Checks|:F:|:E:|rc=|killed" "$out/mmvq.log" | cut -c1-160
 grep -E "Checks|:F:|:E:|rc=" "$out/ops.log"
