@@ -6,7 +6,8 @@
 # MMVQ_TESTS=1 adds memra-gpu-tests (the NVRTC mmvq template: exactness of every qtype at
 # B 1..16 and the per-shape bandwidth table) next to the op tests.
 # No backend gates (scripts/device-gates.sh / device-all.sh run those). BENCH=0 skips the
-# bench (and the forge), NCU=1 adds bench/device-ncu.sh (Nsight Compute on the mmvq shapes).
+# bench (and the forge), OPS=0 the op tests, NCU=1 adds bench/device-ncu.sh (Nsight Compute on
+# the mmvq shapes). MEMRA_GPU_TYPES=q4_K limits memra-gpu-tests' exactness sweep to one type.
 #
 #   scripts/device-all.sh carry   HERE (both carry folders)
 #   scripts/device-quick.sh       THERE, with .carry/cudabackend and .carry/bench carried
@@ -22,8 +23,10 @@ export XDG_CACHE_HOME=/tmp/memra-cache
 if [ "${BENCH:-1}" != 0 ]; then forge_9b_bg 240; else forge=; fi
 (
   export LD_LIBRARY_PATH=$root/.carry/cudabackend/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-  CK_FORK=no timeout "${OPS_LIMIT:-90}" "$root/.carry/cudabackend/bin/memra-gpu-ops-tests" >"$out/ops.log" 2>&1
-  echo "memra-gpu-ops-tests rc=$?" >>"$out/ops.log"
+  if [ "${OPS:-1}" != 0 ]; then
+    CK_FORK=no timeout "${OPS_LIMIT:-90}" "$root/.carry/cudabackend/bin/memra-gpu-ops-tests" >"$out/ops.log" 2>&1
+    echo "memra-gpu-ops-tests rc=$?" >>"$out/ops.log"
+  fi
   if [ -n "${MMVQ_TESTS:-}" ]; then # the mmvq template: 15 qtypes x B 1..16 memcmp, bandwidth table
     CK_FORK=no timeout "${MMVQ_LIMIT:-120}" "$root/.carry/cudabackend/bin/memra-gpu-tests" >"$out/mmvq.log" 2>&1
     echo "memra-gpu-tests rc=$?" >>"$out/mmvq.log"
@@ -44,4 +47,4 @@ fi
 [ -f "$out/bench/summary.txt" ] && tail -n 30 "$out/bench/summary.txt"
 [ -f "$out/ncu-digest.txt" ] && tail -n 40 "$out/ncu-digest.txt" | cut -c1-200
 [ -f "$out/mmvq.log" ] && grep -E "^TABLE\||Checks|:F:|:E:|rc=|killed" "$out/mmvq.log" | cut -c1-160
-grep -E "Checks|:F:|:E:|rc=" "$out/ops.log"
+[ -f "$out/ops.log" ] && grep -E "Checks|:F:|:E:|rc=" "$out/ops.log"

@@ -828,6 +828,9 @@ static const bench_shape k_shapes[] = {
      {MEMRA_QT_Q4_K, MEMRA_QT_Q4_K, MEMRA_QT_Q6_K, MEMRA_QT_Q6_K}, {8192, 4096, 32, 32}, 0},
     {"attn_qkv q4K8192+q4K1024+q6K1024", 4096, 3, {MEMRA_QT_Q4_K, MEMRA_QT_Q4_K, MEMRA_QT_Q6_K},
      {8192, 1024, 1024}, 0},
+    /* their q4_K parts: the launches the tier-1 plans make (plans/dsl.lua Plan:mmvq) */
+    {"gdn_in t1 q4K8192+q4K4096", 4096, 2, {MEMRA_QT_Q4_K, MEMRA_QT_Q4_K}, {8192, 4096}, 0},
+    {"attn_qkv t1 q4K8192+q4K1024", 4096, 2, {MEMRA_QT_Q4_K, MEMRA_QT_Q4_K}, {8192, 1024}, 0},
     {"out_proj q4K4096 (add)", 4096, 1, {MEMRA_QT_Q4_K}, {4096}, 1},
     {"ffn_gate_up q4K12288x2", 4096, 2, {MEMRA_QT_Q4_K, MEMRA_QT_Q4_K}, {12288, 12288}, 0},
     {"ffn_down q4K K12288 (add)", 12288, 1, {MEMRA_QT_Q4_K}, {4096}, 1},
@@ -910,7 +913,7 @@ static void bench_prewarm(CUdeviceptr da, CUdeviceptr dy)
  * captured graph, each PDL-enabled (as the backend launches mmvq), weights rotated so that
  * no launch finds its weights in L2. */
 static double bench_shape_us(const graph_api *ga, CUstream st, const bench_shape *sh, int B,
-                             CUdeviceptr wbuf, size_t cap, CUdeviceptr da, CUdeviceptr dy,
+                             int wpt, CUdeviceptr wbuf, size_t cap, CUdeviceptr da, CUdeviceptr dy,
                              CUevent e0, CUevent e1)
 {
     const size_t bytes = shape_bytes(sh) + 256 * sh->n_w;
@@ -929,6 +932,14 @@ static double bench_shape_us(const graph_api *ga, CUstream st, const bench_shape
         memra_err e;
         memra_err_clear(&e);
         ck_assert_msg(memra_mmvq_prepare(&a, G.sm, 0, 0, &L, &e) == MEMRA_OK, "%s", e.msg);
+        if (wpt > 0) { /* a forced direct-path split (the caller checks it applies) */
+            long tiles = 0;
+            for (int i = 0; i < a.n_w; i++)
+                tiles += (a.out[i].n_out + MEMRA_MMVQ_ROWS - 1) / MEMRA_MMVQ_ROWS;
+            ck_assert(L.params.wpt > 0 && L.params.ksplit % wpt == 0);
+            L.params.wpt = wpt;
+            L.grid = (unsigned)((tiles * wpt + MEMRA_MMVQ_WARPS - 1) / MEMRA_MMVQ_WARPS);
+        }
         CUfunction f = kernel(L.key);
         void *params[] = {&L.params};
         CUlaunchAttribute attr;
@@ -1077,7 +1088,8 @@ START_TEST(test_bandwidth)
         char us_line[128] = "", pct_line[128] = "";
         int ul = 0, pl = 0;
         for (int bi = 0; bi < 5; bi++) {
-            const double us = bench_shape_us(&ga, st, sh, k_bench_B[bi], wbuf, cap, da, dy, e0, e1);
+            const double us =
+                bench_shape_us(&ga, st, sh, k_bench_B[bi], 0, wbuf, cap, da, dy, e0, e1);
             tot_us[bi] += us;
             ul += snprintf(us_line + ul, sizeof us_line - ul, " %8.1f", us);
             pl += snprintf(pct_line + pl, sizeof pct_line - pl, " %7.0f%%",
@@ -1093,6 +1105,37 @@ START_TEST(test_bandwidth)
     for (int bi = 0; bi < 5; bi++)
         printf(" %8.1f", tot_us[bi]);
     printf("\n");
+    /* the direct path (B = 1, q4_K-only shapes) at every warps-per-tile split; "auto" is
+     * prepare()'s choice for 132 SMs */
+    printf("TABLE|direct path at B=1 by warps per tile (us per launch, %% copy)\n");
+    printf("TABLE|%-34s %7s %9s %8s %8s %8s %8s %8s\n", "shape", "MB", "floor_us", "auto",
+           "wpt=1", "wpt=2", "wpt=4", "wpt=8");
+    for (int si = 0; si < N_SHAPES; si++) {
+        const bench_shape *sh = &k_shapes[si];
+        int all_q4k = 1;
+        for (int i = 0; i < sh->n_w; i++)
+            all_q4k &= sh->qt[i] == MEMRA_QT_Q4_K;
+        if (!all_q4k)
+            continue;
+        const double mb = (double)shape_bytes(sh) / 1e6;
+        char us_line[128] = "", pct_line[128] = "";
+        int ul = 0, pl = 0;
+        for (int w = 0; w <= 8; w = w ? 2 * w : 1) {
+            const int P = memra_mmvq_parts(sh->K);
+            if (w > P) {
+                ul += snprintf(us_line + ul, sizeof us_line - ul, " %8s", "-");
+                pl += snprintf(pct_line + pl, sizeof pct_line - pl, " %8s", "-");
+                continue;
+            }
+            const double us = bench_shape_us(&ga, st, sh, 1, w, wbuf, cap, da, dy, e0, e1);
+            ul += snprintf(us_line + ul, sizeof us_line - ul, " %8.1f", us);
+            pl += snprintf(pct_line + pl, sizeof pct_line - pl, " %7.0f%%",
+                           100.0 * mb * 1e6 / (us * 1e-6) / 1e9 / copy_gbs);
+        }
+        printf("TABLE|%-34s %7.1f %9.2f%s\n", sh->name, mb, mb * 1e6 / (copy_gbs * 1e9) * 1e6,
+               us_line);
+        printf("TABLE|%-34s %7s %9s%s\n", "", "", "  % copy", pct_line);
+    }
     CU_OK(cuEventDestroy(e0));
     CU_OK(cuEventDestroy(e1));
     CU_OK(cuStreamDestroy(st));
