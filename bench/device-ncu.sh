@@ -39,7 +39,7 @@ if not hdr:
     sys.exit("no ncu table")
 data = [r for r in rows[rows.index(hdr) + 2:] if len(r) == len(hdr)]
 col = {h: i for i, h in enumerate(hdr)}
-names = [l.split()[1] for l in open(sys.argv[1]) if l.startswith("profiled:")]
+names = [l[len("profiled: "):].rsplit(" B=", 1)[0] for l in open(sys.argv[1]) if l.startswith("profiled:")]
 pre = "smsp__average_warps_issue_stalled_"
 sc = [h for h in hdr if h.startswith(pre)]
 print("%-30s %3s %8s %6s %6s %6s %5s %4s %6s  %s" % ("shape", "B", "us", "dram%", "issue%", "occ%", "regs", "grid", "inst/M", "top stalls (warps per issue)"))
