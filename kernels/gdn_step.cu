@@ -11,10 +11,11 @@
  * state, the cluster barrier then guarantees every reader is done before the cluster's first
  * CTA shifts those channels (a CTA's own v channels are shifted by the thread that read
  * them). Lane l of every warp holds q_i, k_i for i = 4l..4l+3 (+128): exactly the canonical
- * dk lane layout, so each warp forms the L2 sums in registers (every warp the same bits). The state S_h^T is [head_v_dim rows
- * j][head_k_dim] f32; a warp takes 16 rows at a time (head_v_dim / 16 tasks over the warps:
- * at head_v_dim 128 and 8 warps one each, the whole 64 KiB head in flight at once), loads
- * them with coalesced 16-byte loads (same layout) and per row computes
+ * dk lane layout, so each warp forms the L2 sums in registers (every warp the same bits).
+ * The state S_h^T is [head_v_dim rows j][head_k_dim] f32; a warp takes 16 rows at a time
+ * (head_v_dim / 16 tasks over the warps: at head_v_dim 128 and 8 warps one each, the whole
+ * 64 KiB head in flight at once), loads them with coalesced 16-byte loads (same layout) and
+ * per row computes
  *   s *= lambda;  r = sum_i s_i k_i;  delta = beta (v_j - r);  s += k delta;  o_j = sum_i s_i q_i
  * with each sum the lane partial (increasing i) followed by the xor butterfly. Rows are written
  * back in place. o_j goes to shared memory; the gated norm's sum of squares is formed by every
@@ -104,12 +105,7 @@ __device__ __forceinline__ int key_head(const memra_gdn_step_args &a, const gdn_
 
 /* ----------------------------------- fast kernel ------------------------------------- */
 
-/* The delta rule on one warp's kFastRows rows [j0, j0 + 16) of S_h^T (DK = 128 * VEC), ROWS
- * rows per step (all their loads in flight together: 8 KiB per warp); returns o_{j0 + lane}
- * in lanes 0..15. Which warp runs which rows changes no bit: each row is its own sums.
- * Lane l's elements of a row: 4l..4l+3, then 128+4l.. (VEC = 2): increasing i, the canonical
- * lane layout. */
-/* Lane l's share of rows [jb, jb + 16 / VEC) of S_h^T (the first step of delta_rows). */
+/* Lane l's share of rows [jb, jb + 16 / VEC) of S_h^T (one step of delta_rows). */
 template <int VEC>
 __device__ __forceinline__ void load_rows(const float *St, int jb, float4 (&s)[16 / VEC][VEC])
 {
@@ -122,7 +118,11 @@ __device__ __forceinline__ void load_rows(const float *St, int jb, float4 (&s)[1
             s[rr][v] = *(const float4 *)(St + (size_t)(jb + rr) * DK + 4 * lane + 128 * v);
 }
 
-/* first: the rows of step 0, loaded by the caller (load_rows at j0). */
+/* The delta rule on one warp's kFastRows rows [j0, j0 + 16) of S_h^T (DK = 128 * VEC), ROWS
+ * rows per step (all their loads in flight together: 8 KiB per warp); returns o_{j0 + lane}
+ * in lanes 0..15. Which warp runs which rows changes no bit: each row is its own sums.
+ * Lane l's elements of a row: 4l..4l+3, then 128+4l.. (VEC = 2): increasing i, the canonical
+ * lane layout. first: the rows of step 0, loaded by the caller (load_rows at j0). */
 template <int VEC>
 __device__ float delta_rows(float *St, int j0, const float (&k)[VEC][4], const float (&q)[VEC][4],
                             const float *uv, float lambda, float beta,

@@ -1136,6 +1136,9 @@ MEMRA_DEV void q4k_direct_main(const memra_mmvq_params &p, u8 *smem)
         else if (h == 0)
             scr[(lt * P + part) * MMVQ_ROWS + r] = t;
     };
+    /* The two halves below differ only in the buffer (b0, b1: registers, so no runtime
+     * index). Written once as a lambda over the buffer, ptxas spills 4 bytes at the 80
+     * registers of 3 CUDA blocks per SM (nvcc -Xptxas -v, 2026-12-04); hence spelled out. */
 #pragma unroll 1
     while (cp < P && cj < nblk) {
         T = __fadd_rn(T, q4k_direct(b0, act, p.n_in, 8 * cj + 4 * h, h));

@@ -722,6 +722,27 @@ static int mmvq_check_out(const memra_mmvq_out *o, int i, int n_in, memra_err *e
     return MEMRA_OK;
 }
 
+/* The direct path's warps per tile and the grid it implies (8 / w tiles per CUDA block). */
+static void mmvq_set_wpt(memra_mmvq_launch *L, long tiles, int w)
+{
+    L->params.wpt = w;
+    L->grid = (unsigned)((tiles * w + MEMRA_MMVQ_WARPS - 1) / MEMRA_MMVQ_WARPS);
+}
+
+int memra_mmvq_force_wpt(memra_mmvq_launch *L, int wpt, memra_err *err)
+{
+    if (L->params.wpt == 0)
+        return MEMRA_FAIL(err, MEMRA_ERR_INVALID_ARG, "mmvq: %s is not a direct launch", L->key);
+    if (wpt < 1 || wpt > L->params.ksplit || L->params.ksplit % wpt != 0)
+        return MEMRA_FAIL(err, MEMRA_ERR_INVALID_ARG, "mmvq: wpt %d does not divide ksplit %d",
+                          wpt, L->params.ksplit);
+    long tiles = 0;
+    for (int i = 0; i < L->params.n_w; i++)
+        tiles += (L->params.out[i].n_out + MEMRA_MMVQ_ROWS - 1) / MEMRA_MMVQ_ROWS;
+    mmvq_set_wpt(L, tiles, wpt);
+    return MEMRA_OK;
+}
+
 int memra_mmvq_prepare(const memra_mmvq_args *args, int sm, int n_sm, int ksplit,
                        memra_mmvq_launch *out, memra_err *err)
 {
@@ -777,8 +798,7 @@ int memra_mmvq_prepare(const memra_mmvq_args *args, int sm, int n_sm, int ksplit
         int w = ks;
         while (w > 1 && tiles * (w / 2) >= want)
             w /= 2;
-        out->params.wpt = w;
-        out->grid = (unsigned)((tiles * w + MEMRA_MMVQ_WARPS - 1) / MEMRA_MMVQ_WARPS);
+        mmvq_set_wpt(out, tiles, w);
         return MEMRA_OK;
     }
     out->grid = (unsigned)((tiles * ks + MEMRA_MMVQ_WARPS - 1) / MEMRA_MMVQ_WARPS);

@@ -216,6 +216,12 @@ START_TEST(test_mmvq_prepare)
     ck_assert_int_eq(memra_mmvq_prepare(&few, 90, 132, 0, &l, &e), MEMRA_OK);
     ck_assert_int_eq(l.params.wpt, 2);
     ck_assert_uint_eq(l.grid, 384);
+    /* a forced split keeps the tiles: 1 536 tiles x 8 warps = 1 536 CUDA blocks */
+    ck_assert_int_eq(memra_mmvq_force_wpt(&l, 8, &e), MEMRA_OK);
+    ck_assert_int_eq(l.params.wpt, 8);
+    ck_assert_uint_eq(l.grid, 1536);
+    ck_assert_int_eq(memra_mmvq_force_wpt(&l, 3, &e), MEMRA_ERR_INVALID_ARG);
+    memra_err_clear(&e);
     ck_assert_int_eq(memra_mmvq_prepare(&few, 90, 1, 0, &l, &e), MEMRA_OK);
     ck_assert_int_eq(l.params.wpt, 1);
     few = mmvq_args(MEMRA_QT_Q4_K, 256, 16, 1);
@@ -224,6 +230,9 @@ START_TEST(test_mmvq_prepare)
     few.b = 2; /* B = 2 stages */
     ck_assert_int_eq(memra_mmvq_prepare(&few, 90, 132, 0, &l, &e), MEMRA_OK);
     ck_assert_uint_eq(l.smem, MEMRA_MMVQ_SMEM(144));
+    ck_assert_int_eq(memra_mmvq_force_wpt(&l, 1, &e), MEMRA_ERR_INVALID_ARG); /* not direct */
+    ck_assert_ptr_nonnull(strstr(e.msg, "not a direct launch"));
+    memra_err_clear(&e);
     few = mmvq_args(MEMRA_QT_Q4_K, MEMRA_MMVQ_DIRECT_MAX_IN + 256, 16, 1);
     ck_assert_int_eq(memra_mmvq_prepare(&few, 90, 132, 0, &l, &e), MEMRA_ERR_UNSUPPORTED);
     ck_assert_ptr_nonnull(strstr(e.msg, "B = 1 path"));

@@ -449,9 +449,14 @@ START_TEST(test_tiny_tiers)
             ck_assert(strncmp(key, "mmvq:", 5) != 0 || strstr(key, bkey));
             /* at tier 1 a q4_K launch holds only q4_K weights (the direct path) */
             if (tiers[t] == 1 && strncmp(key, "mmvq:qt=q4_K", 12) == 0) {
-                const char *q = key + 8, *end = strchr(q, ':');
-                for (; q < end; q += 5)
-                    ck_assert_msg(strncmp(q, "q4_K", 4) == 0, "%s", key);
+                /* every '+'-separated type up to ':' is q4_K */
+                for (const char *q = key + 8;; q++) {
+                    const size_t n = strcspn(q, "+:");
+                    ck_assert_msg(n == 4 && strncmp(q, "q4_K", 4) == 0, "%s", key);
+                    if (q[n] != '+')
+                        break;
+                    q += n;
+                }
             }
         }
         check_resolved(p);

@@ -331,11 +331,7 @@ static int mmvq_run_wpt(const memra_mmvq_args *args, int wpt)
     ck_assert_msg(memra_mmvq_prepare(args, G.sm, 0, 0, &L, &e) == MEMRA_OK, "%s", e.msg);
     if (L.params.wpt == 0 || L.params.ksplit % wpt != 0)
         return 0;
-    long tiles = 0;
-    for (int i = 0; i < args->n_w; i++)
-        tiles += (args->out[i].n_out + MEMRA_MMVQ_ROWS - 1) / MEMRA_MMVQ_ROWS;
-    L.params.wpt = wpt;
-    L.grid = (unsigned)((tiles * wpt + MEMRA_MMVQ_WARPS - 1) / MEMRA_MMVQ_WARPS);
+    ck_assert_msg(memra_mmvq_force_wpt(&L, wpt, &e) == MEMRA_OK, "%s", e.msg);
     CUfunction f = kernel(L.key);
     void *params[] = {&L.params};
     CU_OK(cuLaunchKernel(f, L.grid, 1, 1, L.threads, 1, 1, L.smem, G.st, params, NULL));
@@ -932,14 +928,8 @@ static double bench_shape_us(const graph_api *ga, CUstream st, const bench_shape
         memra_err e;
         memra_err_clear(&e);
         ck_assert_msg(memra_mmvq_prepare(&a, G.sm, 0, 0, &L, &e) == MEMRA_OK, "%s", e.msg);
-        if (wpt > 0) { /* a forced direct-path split (the caller checks it applies) */
-            long tiles = 0;
-            for (int i = 0; i < a.n_w; i++)
-                tiles += (a.out[i].n_out + MEMRA_MMVQ_ROWS - 1) / MEMRA_MMVQ_ROWS;
-            ck_assert(L.params.wpt > 0 && L.params.ksplit % wpt == 0);
-            L.params.wpt = wpt;
-            L.grid = (unsigned)((tiles * wpt + MEMRA_MMVQ_WARPS - 1) / MEMRA_MMVQ_WARPS);
-        }
+        if (wpt > 0) /* a forced direct-path split (the caller checks it applies) */
+            ck_assert_msg(memra_mmvq_force_wpt(&L, wpt, &e) == MEMRA_OK, "%s", e.msg);
         CUfunction f = kernel(L.key);
         void *params[] = {&L.params};
         CUlaunchAttribute attr;
