@@ -118,8 +118,8 @@ static inline int memra_mmvq_step_blocks(int32_t qtype)
     }
 }
 
-/* Whether mmvq's B = 1 launches of this weight type can take the direct path (the weights
- * straight from global memory into registers, nvrtc_templates/mmvq.cuh); a launch takes it
+/* Whether mmvq's B = 1 launches of this weight type can take the direct path (warps own whole
+ * rows, copied flat through shared memory, nvrtc_templates/mmvq.cuh); a launch takes it
  * when every weight does, so the planner keeps such weights apart at tier 1. Must equal
  * nvrtc_templates/mmvq_params.h MEMRA_MMVQ_DIRECT (tests/test_nvrtc.c checks it). A speed
  * property only: both paths give the same bytes. */

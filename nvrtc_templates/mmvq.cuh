@@ -29,7 +29,7 @@
  *     so y is bit-identical (memcmp) to the CPU reference memra_mmvq_dot / memra_mmvq_ref.
  *   - epilogue: v = T (* scale[0]); y = v (mode 0) or y = y + v (mode 1).
  * B = 1 launches whose weights are all q4_K take the direct path instead (see "the direct
- * path" below): no mma and no weight staging, the same arithmetic in the same order.
+ * path" below): warps own whole rows, no mma, the same arithmetic in the same order.
  * Must not: use float atomics, split K by anything but n_in, or let a row's arithmetic
  * depend on another row (mma columns are independent exact integer sums).
  * Invariants: weights 16-byte aligned; nothing outside [w, w + n_out * row_bytes) is read
@@ -917,18 +917,20 @@ MEMRA_DEV void parts_combine(float (&T)[NT][4], u8 *smem, int warp, int part, in
 
 /* ------------------------------ the direct path (B = 1) -------------------------------- */
 /*
- * For B = 1 the int8 mma wastes 7 of its 8 columns and the cp.async staging costs as many
- * instructions as the dot itself (bench/results/mmvq-notes.md). A direct warp instead loads
- * its rows' blocks with 16-byte global loads straight into registers, two blocks ahead, and
- * takes the activations from shared memory, where the CUDA block staged the q8_1 row once
- * (stage_act). A kernel takes it when B = 1 and every weight is of a direct type
- * (mmvq_params.h MEMRA_MMVQ_DIRECT). Same tiles of 16 outputs, same canonical parts (steps
- * s = p, p + P, ...), same per-block arithmetic, parts folded in the same order: the result
- * is bit-identical; only which warp runs which parts differs (q4k_direct_main).
+ * For B = 1 the int8 mma wastes 7 of its 8 columns, and 16 rows per warp instruction (a
+ * tile's rows, each at its own part's block) is a poor DRAM pattern: a load-only probe of
+ * that pattern reaches 59-68 % of the copy rate where a flat read of the same bytes reaches
+ * 88-107 % (bench/pattern_probe.cu, bench/results/mmvq-notes.md). A direct warp instead owns
+ * whole output rows (consecutive rows are consecutive bytes: one contiguous run per warp),
+ * copies them flat into a shared-memory ring and computes each block with dp4a against the
+ * q8_1 row the CUDA block staged once (stage_act). A kernel takes it when B = 1 and every
+ * weight is of a direct type (mmvq_params.h MEMRA_MMVQ_DIRECT). Same per-block arithmetic,
+ * each row's canonical parts folded in the same order (in the warp, by shuffles): the result
+ * is bit-identical (q4k_direct_main).
  *
- * q4_K: lane 2 g + h owns output g of the tile and half h of each block: codes qs[64 h ..
- * 64 h + 63] (4 loads of 16 bytes) = sub-blocks 4 h .. 4 h + 3, plus the 16-byte header (d,
- * dmin, scales; both lanes of an output read it). The dot of sub-block 4 h + i is 8 dp4a; the
+ * q4_K: lane 2 b + h takes block b of the stage (16 blocks of one row), half h: codes
+ * qs[64 h .. 64 h + 63] (4 x 16 bytes) = sub-blocks 4 h .. 4 h + 3, plus the 16-byte header (d,
+ * dmin, scales; both lanes of a block read it). The dot of sub-block 4 h + i is 8 dp4a; the
  * high nibbles are dotted as 16 n (mask 0xF0, unsigned x signed dp4a) and shifted back, exact.
  * The lane evaluates A_k, B_k of its four sub-blocks and the left or right half of tree8;
  * one shuffle adds the halves (commutative, so both lanes hold the same bits).
@@ -940,16 +942,6 @@ template <int QT> struct direct_of {
 struct u32x4 {
     u32 x, y, z, w;
 };
-
-/* 16 bytes of a weight that is read once: no L1 allocation. */
-MEMRA_DEV u32x4 ldg_stream16(const u8 *p)
-{
-    u32x4 v;
-    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-        : "l"(p));
-    return v;
-}
 
 MEMRA_DEV u32x4 lds16(const u8 *p) { return *(const u32x4 *)p; }
 
@@ -968,14 +960,20 @@ MEMRA_DEV i32 dp4a_ss(u32 a, u32 b, i32 c)
     return d;
 }
 
-/* The q8_1 row a[0 .. n_in / 32) into shared memory: codes at act + 32 q, d (fp32) at
- * act + n_in + 4 q, the code sum (int32) at act + n_in + n_in / 8 + 4 q. Every thread of the
+/* Where sub-block q's 32 codes sit in the staged row: each 128-byte half (4 sub-blocks) of a
+ * 256-element block takes 144 bytes, so that the 8 lanes of a shared-memory phase (4 blocks
+ * x 2 halves, the direct kernel's mapping) read 8 different 4-bank groups. */
+MEMRA_DEV int act_code_off(int q) { return 288 * (q >> 3) + 144 * ((q >> 2) & 1) + 32 * (q & 3); }
+
+/* The q8_1 row a[0 .. n_in / 32) into shared memory: codes at act + act_code_off(q), d (fp32)
+ * at act + C + 4 q, the code sum (int32) at act + C + n_in / 8 + 4 q, C = MEMRA_MMVQ_ACT_CODES
+ * (n_in). Every thread of the
  * CUDA block takes part; the caller synchronizes. */
 MEMRA_DEV void stage_act(u8 *act, const u8 *a, int n_in)
 {
     const int nq = n_in / 32;
-    float *ad = (float *)(act + n_in);
-    i32 *as = (i32 *)(act + n_in + n_in / 8);
+    float *ad = (float *)(act + MEMRA_MMVQ_ACT_CODES(n_in));
+    i32 *as = (i32 *)(act + MEMRA_MMVQ_ACT_CODES(n_in) + n_in / 8);
     for (int q = threadIdx.x; q < nq; q += 32 * MMVQ_WARPS) {
         const u8 *src = a + (i64)q * Q8_1_BYTES;
         u32 w[9];
@@ -988,8 +986,8 @@ MEMRA_DEV void stage_act(u8 *act, const u8 *a, int n_in)
             sum = dp4a_ss(w[k], 0x01010101u, sum);
         ad[q] = f16_to_f32((u16)(w[0] & 0xFFFF));
         as[q] = sum;
-        *(u32x4 *)(act + 32 * q) = u32x4{w[1], w[2], w[3], w[4]};
-        *(u32x4 *)(act + 32 * q + 16) = u32x4{w[5], w[6], w[7], w[8]};
+        *(u32x4 *)(act + act_code_off(q)) = u32x4{w[1], w[2], w[3], w[4]};
+        *(u32x4 *)(act + act_code_off(q) + 16) = u32x4{w[5], w[6], w[7], w[8]};
     }
 }
 
@@ -998,19 +996,13 @@ struct q4k_lane {
     u32x4 hd, q[4];
 };
 
-MEMRA_DEV void q4k_load(q4k_lane &b, const u8 *blk, int h, bool live)
+/* The lane's share from a stage of the ring (shared memory). */
+MEMRA_DEV void q4k_lds(q4k_lane &b, const u8 *blk, int h)
 {
-    if (!live) {
-        b.hd = u32x4{0, 0, 0, 0};
-#pragma unroll
-        for (int i = 0; i < 4; i++)
-            b.q[i] = u32x4{0, 0, 0, 0};
-        return;
-    }
-    b.hd = ldg_stream16(blk);
+    b.hd = lds16(blk);
 #pragma unroll
     for (int i = 0; i < 4; i++)
-        b.q[i] = ldg_stream16(blk + 16 + 64 * h + 16 * i);
+        b.q[i] = lds16(blk + 16 + 64 * h + 16 * i);
 }
 
 MEMRA_DEV u32 word_of(const u32x4 &v, int i)
@@ -1025,12 +1017,12 @@ MEMRA_DEV float q4k_direct(const q4k_lane &b, const u8 *act, int n_in, int kq, i
     /* sc_k, m_k of sub-blocks 4 h .. 4 h + 3, one per byte (quant.c kq_unpack_scales) */
     const u32 sc4 = h ? (x3 & 0x0F0F0F0Fu) | ((x1 >> 2) & 0x30303030u) : x1 & 0x3F3F3F3Fu;
     const u32 m4 = h ? ((x3 >> 4) & 0x0F0F0F0Fu) | ((x2 >> 2) & 0x30303030u) : x2 & 0x3F3F3F3Fu;
-    const u32x4 dav = lds16(act + n_in + 4 * kq);
-    const u32x4 sav = lds16(act + n_in + n_in / 8 + 4 * kq);
+    const u32x4 dav = lds16(act + MEMRA_MMVQ_ACT_CODES(n_in) + 4 * kq);
+    const u32x4 sav = lds16(act + MEMRA_MMVQ_ACT_CODES(n_in) + n_in / 8 + 4 * kq);
     float cA[4], cB[4];
 #pragma unroll
     for (int i = 0; i < 4; i++) {
-        const u8 *aq = act + 32 * (kq + i);
+        const u8 *aq = act + act_code_off(kq + i);
         const u32x4 a0 = lds16(aq), a1 = lds16(aq + 16);
         i32 S = 0;
 #pragma unroll
@@ -1083,104 +1075,97 @@ MEMRA_DEV void store_one(const memra_mmvq_out_params &o, int row, float T)
     o.y[row] = o.mode ? __fadd_rn(o.y[row], v) : v;
 }
 
-/* Next block of a direct warp's sequence: the blocks j = p, p + P, ... of its parts p = g,
- * g + W, ... in increasing order; (p, j) is past the end once p >= P or j >= nblk. */
-MEMRA_DEV void seq_next(int &p, int &j, int P, int W, int nblk)
+/* Which weight output row `row` of the launch (the weights' rows laid end to end) belongs
+ * to (-1: none), and its row index in it. */
+MEMRA_DEV int row_weight(const memra_mmvq_params &p, int &row)
 {
-    j += P;
-    if (j >= nblk) {
-        p += W;
-        j = p;
+    for (int i = 0; i < p.n_w; i++) {
+        if (row < p.out[i].n_out)
+            return i;
+        row -= p.out[i].n_out;
     }
+    return -1;
 }
 
-/* The direct kernel (q4_K, B = 1). W = p.wpt warps share a tile of 16 outputs: warp g of a
- * tile runs parts g, g + W, ... of the canonical P = p.ksplit; the CUDA block holds 8 / W
- * tiles. Lane 2 r + h owns output r of the tile and half h of every block. Each part's T
- * (0 + r_j over its blocks in increasing j) is folded in part order as the CPU does: in
- * registers when the warp runs every part (W = 1), else through shared memory. Loads run
- * two blocks ahead of the dot across part boundaries. */
+/*
+ * The direct kernel (q4_K, B = 1). Warp i of the launch owns output rows [i R, (i + 1) R)
+ * (R = p.rpw) and streams their blocks, row after row, 16 blocks (one "round" of a row) per
+ * stage, through a ring of MEMRA_MMVQ_FLAT_STAGES stages in shared memory: lane l copies the
+ * stage's 16-byte units l, l + 32, ... (flat cp.async: a warp instruction covers 512
+ * consecutive bytes; consecutive rows of a weight are consecutive bytes, so a warp's loads
+ * are one contiguous run. bench/pattern_probe.cu: 16 rows per instruction, as a register-per-
+ * output-row mapping loads, reach 59-68 % of the copy rate; a flat read 88-107 %). The first
+ * stages go out before the PDL wait (weights depend on nothing).
+ * Lane 2 b + h computes r_j of block j = 16 m + b of round m from half h (q4k_direct). The
+ * canonical fold (kernels/mmvq.h) runs in the warp: lanes of block b < P keep part b's T_p,
+ * adding r_j for j = b, b + P, ... < 16 of each round in increasing j (shuffles), so T_p =
+ * 0 + r_p + r_(p+P) + ... over the row; at the row's end y = ((T_0 + T_1) + T_2) + ....
+ * Same per-block arithmetic, same order: bit-identical to the staged path and the CPU.
+ */
 MEMRA_DEV void q4k_direct_main(const memra_mmvq_params &p, u8 *smem)
 {
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int P = p.ksplit, W = p.wpt, per = MMVQ_WARPS / W;
-    const int lt = warp / W, gp = warp % W, r = lane >> 1, h = lane & 1;
-    int tile = blockIdx.x * per + lt;
-    const int wi = tile_weight(p, tile);
-    const memra_mmvq_out_params &o = p.out[wi < 0 ? 0 : wi];
-    const int row = tile * MMVQ_ROWS + r;
-    const bool live = wi >= 0 && row < o.n_out;
-    const u8 *wrow = (const u8 *)o.w + (u64)(live ? row : 0) * o.row_bytes;
-    const int nblk = wi < 0 ? 0 : p.n_in / 256;
+    constexpr int NST = MEMRA_MMVQ_FLAT_STAGES, SB = MEMRA_MMVQ_FLAT_STAGE;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, b = lane >> 1, h = lane & 1;
+    const int P = p.ksplit, R = p.rpw, nblk = p.n_in / 256;
+    const int rounds = (nblk + 15) / 16;
+    int n_rows = 0;
+    for (int i = 0; i < p.n_w; i++)
+        n_rows += p.out[i].n_out;
+    const int r0 = (blockIdx.x * MMVQ_WARPS + warp) * R;
+    const int nr = r0 >= n_rows ? 0 : n_rows - r0 < R ? n_rows - r0 : R;
+    const int nst = nr * rounds; /* stages of this warp: (row, round) in order */
     u8 *act = smem;
-    float *scr = (float *)(smem + p.n_in + p.n_in / 4); /* [per][P][16] */
+    u8 *ring = smem + MEMRA_MMVQ_ACT_BYTES(p.n_in) + warp * NST * SB;
 
-    int lp = gp, lj = gp; /* the load cursor */
-    q4k_lane b0, b1;
-    if (lp < P && lj < nblk) {
-        q4k_load(b0, wrow + (u64)lj * 144, h, live);
-        seq_next(lp, lj, P, W, nblk);
-    }
-    if (lp < P && lj < nblk) {
-        q4k_load(b1, wrow + (u64)lj * 144, h, live);
-        seq_next(lp, lj, P, W, nblk);
-    }
-    direct_prologue(p, act);
-
-    int cp = gp, cj = gp; /* the compute cursor */
-    float T = 0.0f, Y = 0.0f;
-    /* a part is done: fold it (W = 1) or leave it for the fold */
-    auto emit = [&](int part, float t) {
-        if (W == 1)
-            Y = part == 0 ? t : __fadd_rn(Y, t);
-        else if (h == 0)
-            scr[(lt * P + part) * MMVQ_ROWS + r] = t;
+    /* stage k: round k % rounds of row r0 + k / rounds (an empty group past the end) */
+    auto stage = [&](int k) {
+        if (k < nst) {
+            int row = r0 + k / rounds;
+            const int m = k % rounds, wi = row_weight(p, row);
+            const u8 *src = (const u8 *)p.out[wi].w + (u64)row * p.out[wi].row_bytes + 2304 * m;
+            const int units = 9 * (nblk - 16 * m < 16 ? nblk - 16 * m : 16);
+            u8 *dst = ring + (k % NST) * SB;
+#pragma unroll
+            for (int i = 0; i < 5; i++) {
+                const int u = lane + 32 * i;
+                if (u < units)
+                    cp_async16(dst + 16 * u, src + 16 * u, 16);
+            }
+        }
+        cp_async_commit();
     };
-    /* The two halves below differ only in the buffer (b0, b1: registers, so no runtime
-     * index). Written once as a lambda over the buffer, ptxas spills 4 bytes at the 80
-     * registers of 3 CUDA blocks per SM (nvcc -Xptxas -v, 2026-12-04); hence spelled out. */
+#pragma unroll
+    for (int k = 0; k < NST; k++)
+        stage(k);
+    direct_prologue(p, act);
+    const int pb = b & (P - 1); /* the part whose T this lane keeps (lanes of blocks b < P) */
+    float T = 0.0f;
 #pragma unroll 1
-    while (cp < P && cj < nblk) {
-        T = __fadd_rn(T, q4k_direct(b0, act, p.n_in, 8 * cj + 4 * h, h));
-        int np = cp, nj = cj;
-        seq_next(np, nj, P, W, nblk);
-        if (np != cp) {
-            emit(cp, T);
+    for (int k = 0; k < nst; k++) {
+        cp_async_wait<NST - 1>();
+        __syncwarp();
+        const int m = k % rounds, j = 16 * m + b;
+        q4k_lane w;
+        q4k_lds(w, ring + (k % NST) * SB + 144 * b, h); /* past the row's end: unused bits */
+        const float rj = q4k_direct(w, act, p.n_in, 8 * (j < nblk ? j : 0) + 4 * h, h);
+        __syncwarp();
+        stage(k + NST);
+        /* T_pb += r_j for the round's blocks of part pb, in increasing j */
+        for (int q = 0; q < 16; q += P) {
+            const float v = __shfl_sync(0xFFFFFFFFu, rj, 2 * (pb + q));
+            if (16 * m + pb + q < nblk)
+                T = __fadd_rn(T, v);
+        }
+        if (m == rounds - 1) { /* the row is done: fold its parts, store */
+            float y = __shfl_sync(0xFFFFFFFFu, T, 0);
+            for (int q = 1; q < P; q++)
+                y = __fadd_rn(y, __shfl_sync(0xFFFFFFFFu, T, 2 * q));
+            int row = r0 + k / rounds;
+            const int wi = row_weight(p, row);
+            if (lane == 0)
+                store_one(p.out[wi], row, y);
             T = 0.0f;
         }
-        cp = np, cj = nj;
-        if (lp < P && lj < nblk) {
-            q4k_load(b0, wrow + (u64)lj * 144, h, live);
-            seq_next(lp, lj, P, W, nblk);
-        }
-        if (!(cp < P && cj < nblk))
-            break;
-        T = __fadd_rn(T, q4k_direct(b1, act, p.n_in, 8 * cj + 4 * h, h));
-        np = cp, nj = cj;
-        seq_next(np, nj, P, W, nblk);
-        if (np != cp) {
-            emit(cp, T);
-            T = 0.0f;
-        }
-        cp = np, cj = nj;
-        if (lp < P && lj < nblk) {
-            q4k_load(b1, wrow + (u64)lj * 144, h, live);
-            seq_next(lp, lj, P, W, nblk);
-        }
-    }
-    for (; cp < P; cp += W) /* parts without a step: + 0.0 each (kernels/mmvq.h) */
-        emit(cp, 0.0f);
-    if (W == 1) {
-        if (live && h == 0)
-            store_one(o, row, Y);
-        return;
-    }
-    __syncthreads();
-    if (gp == 0 && live && h == 0) {
-        float y = scr[(lt * P) * MMVQ_ROWS + r];
-        for (int q = 1; q < P; q++)
-            y = __fadd_rn(y, scr[(lt * P + q) * MMVQ_ROWS + r]);
-        store_one(o, row, y);
     }
 }
 

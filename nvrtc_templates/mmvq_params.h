@@ -44,9 +44,9 @@ typedef struct memra_mmvq_params {
     memra_i32 n_w;    /* weights in this launch, 1..MEMRA_MMVQ_MAX_OUT */
     memra_i32 ksplit; /* P: warps (parts) that split one tile's K: 1, 2, 4 or 8; the
                          canonical memra_mmvq_parts(n_in) unless a test forces another */
-    memra_i32 wpt;    /* direct path only: warps per tile (1, 2, 4 or 8, dividing ksplit),
-                         warp g of a tile running parts g, g + wpt, ...; the CUDA block holds
-                         8 / wpt tiles. Not a numerical choice: the parts fold in order */
+    memra_i32 rpw;    /* direct path only: output rows per warp (>= 1; warp i of the launch
+                         owns rows [i rpw, (i + 1) rpw) of the weights laid end to end). Not a
+                         numerical choice: every row's parts fold in the canonical order */
     memra_mmvq_out_params out[MEMRA_MMVQ_MAX_OUT];
 } memra_mmvq_params;
 
@@ -92,17 +92,26 @@ typedef struct memra_mmvq_params {
  * q8_1 rows every CUDA block re-reads). */
 #define MEMRA_MMVQ_MIN_BLOCKS(b, n_w) ((b) > 8 ? 2 : (n_w) > 1 && (b) >= 3 && (b) <= 4 ? 2 : 3)
 
-/* The direct path: a B = 1 launch whose weights are all of a direct type loads them with
- * 16-byte global loads straight into registers, no shared-memory staging (nvrtc_templates/
- * mmvq.cuh); the types whose blocks are whole 16-byte units with a lane-friendly layout
- * (q4_K: a 16-byte header and 128 bytes of codes). */
+/* The direct path: a B = 1 launch whose weights are all of a direct type (blocks of whole
+ * 16-byte units with a lane-friendly layout: q4_K, a 16-byte header and 128 bytes of codes).
+ * Each warp owns whole output rows (params.rpw of them: consecutive rows, i.e. one contiguous
+ * run of weight bytes) and streams them through a ring in shared memory with flat 16-byte
+ * cp.async, 16 blocks (2304 bytes of q4_K) per stage; no mma (nvrtc_templates/mmvq.cuh,
+ * "the direct path"). */
 #define MEMRA_MMVQ_DIRECT(qt) ((qt) == 12)
-/* Its shared memory: the q8_1 row as codes [n_in] (16-byte aligned per block), then d as fp32
- * [n_in / 32], then the code sums [n_in / 32] (int32), staged once per CUDA block; then the
- * parts' scratch [8 / wpt tiles][P][16 outputs] floats (at most 2 KB, wpt >= 2). */
-#define MEMRA_MMVQ_ACT_SMEM(n_in) ((n_in) + (n_in) / 32 * 8 + 2048)
-/* The largest n_in it takes (160 KB of shared memory). */
-#define MEMRA_MMVQ_DIRECT_MAX_IN 131072
+#define MEMRA_MMVQ_FLAT_STAGE 2304 /* 16 q4_K blocks */
+#define MEMRA_MMVQ_FLAT_STAGES 3   /* stages in flight per warp */
+#define MEMRA_MMVQ_FLAT_RING (MEMRA_MMVQ_WARPS * MEMRA_MMVQ_FLAT_STAGES * MEMRA_MMVQ_FLAT_STAGE)
+/* the q8_1 row as codes (each 128-byte half of a 256-element block padded to 144 bytes:
+ * shared-memory banks), d as fp32 [n_in / 32], the code sums [n_in / 32] (int32), staged once
+ * per CUDA block */
+#define MEMRA_MMVQ_ACT_CODES(n_in) ((n_in) / 256 * 288)
+#define MEMRA_MMVQ_ACT_BYTES(n_in) (MEMRA_MMVQ_ACT_CODES(n_in) + (n_in) / 32 * 8)
+/* Shared memory of a direct launch: the q8_1 row and the warps' rings (55 KB: 3 CUDA blocks
+ * per SM up to n_in = 12288). */
+#define MEMRA_MMVQ_DIRECT_SMEM(n_in) (MEMRA_MMVQ_ACT_BYTES(n_in) + MEMRA_MMVQ_FLAT_RING)
+/* The largest n_in it takes (144 KB). */
+#define MEMRA_MMVQ_DIRECT_MAX_IN 65536
 
 /* Dynamic shared memory of one CUDA block for a weight type's slot size; the 16 extra bytes
  * let a byte-aligned word read at the very end of the last slot touch its neighbour word. */

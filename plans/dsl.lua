@@ -325,10 +325,11 @@ end
 -- Projections of the same q8_1 input a [b, k]: outs = {{w = weight, out = buf, add = bool}},
 -- packed 4 per launch in the given order. `add` accumulates into out (residual).
 -- At tier 1 a launch whose weights are all of a direct type (qtypes[..].mmvq_direct: q4_K)
--- loads them straight into registers (kernels/mmvq.h memra_mmvq_direct), 1.15-1.35x faster
--- than staging on the 9b shapes (bench/results/mmvq-notes.md run 6); one other weight would
--- stage them all (the GDN input projection: 23.6 us mixed, 12.8 us for its q4_K launch, run
--- 7), so a mixed group becomes two launches, the direct weights first (each in given order).
+-- streams whole rows per warp, flat, through shared memory (kernels/mmvq.h
+-- memra_mmvq_direct), 1.3-1.6x faster than staging on the 9b shapes (bench/results/
+-- mmvq-notes.md runs 6-8); one other weight would stage them all (the GDN input projection:
+-- 23.6 us mixed, 11.9 us for its q4_K launch), so a mixed group becomes two launches, the
+-- direct weights first (each in given order).
 function Plan:mmvq(a, k, outs)
     if self.b == 1 then
         local direct, staged = {}, {}

@@ -265,9 +265,9 @@ size_t memra_kernel_spec_smem(const memra_kernel_spec *spec)
         if (mmvq_geom_of(spec->qt[i], &g) && MEMRA_MMVQ_SLOT(g.bytes, g.step) > slot)
             slot = MEMRA_MMVQ_SLOT(g.bytes, g.step);
     }
-    /* direct: the largest launch's staged q8_1 row (the launch passes its own size) */
+    /* direct: the most any launch may ask for (each passes its own size) */
     if (mmvq_spec_direct(spec))
-        return (size_t)MEMRA_MMVQ_ACT_SMEM(MEMRA_MMVQ_DIRECT_MAX_IN);
+        return (size_t)MEMRA_MMVQ_DIRECT_SMEM(MEMRA_MMVQ_DIRECT_MAX_IN);
     return (size_t)MEMRA_MMVQ_SMEM(slot);
 }
 
@@ -650,7 +650,12 @@ static int kernel_load(memra_kernel_cache *kc, const memra_kernel_spec *spec, co
     if (smem > 48 * 1024)
         MEMRA_CU_TRY(err, cuFuncSetAttribute(ke->fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                              (int)smem));
-    if (spec->tpl == MEMRA_TPL_MMVQ && spec->b > 4) {
+    if (spec->tpl == MEMRA_TPL_MMVQ && mmvq_spec_direct(spec)) {
+        /* the direct path's rings are its bytes in flight: all the shared memory there is */
+        MEMRA_CU_TRY(err, cuFuncSetAttribute(ke->fn,
+                                             CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
+                                             100));
+    } else if (spec->tpl == MEMRA_TPL_MMVQ && spec->b > 4) {
         /* shared memory for the CUDA blocks the registers allow (+1 KB reserved each), as a
          * percentage of a 228 KB SM; the rest stays L1 for the q8_1 rows (16 rows of 4096
          * are 74 KB, re-read by every block). A hint: the driver rounds up to a carveout
@@ -722,24 +727,30 @@ static int mmvq_check_out(const memra_mmvq_out *o, int i, int n_in, memra_err *e
     return MEMRA_OK;
 }
 
-/* The direct path's warps per tile and the grid it implies (8 / w tiles per CUDA block). */
-static void mmvq_set_wpt(memra_mmvq_launch *L, long tiles, int w)
+/* The direct path's rows per warp and the grid and shared memory it implies. */
+static void mmvq_set_rpw(memra_mmvq_launch *L, long rows, int rpw)
 {
-    L->params.wpt = w;
-    L->grid = (unsigned)((tiles * w + MEMRA_MMVQ_WARPS - 1) / MEMRA_MMVQ_WARPS);
+    const long warps = (rows + rpw - 1) / rpw;
+    L->params.rpw = rpw;
+    L->smem = (unsigned)MEMRA_MMVQ_DIRECT_SMEM(L->params.n_in);
+    L->grid = (unsigned)((warps + MEMRA_MMVQ_WARPS - 1) / MEMRA_MMVQ_WARPS);
 }
 
-int memra_mmvq_force_wpt(memra_mmvq_launch *L, int wpt, memra_err *err)
+static long mmvq_rows(const memra_mmvq_launch *L)
 {
-    if (L->params.wpt == 0)
-        return MEMRA_FAIL(err, MEMRA_ERR_INVALID_ARG, "mmvq: %s is not a direct launch", L->key);
-    if (wpt < 1 || wpt > L->params.ksplit || L->params.ksplit % wpt != 0)
-        return MEMRA_FAIL(err, MEMRA_ERR_INVALID_ARG, "mmvq: wpt %d does not divide ksplit %d",
-                          wpt, L->params.ksplit);
-    long tiles = 0;
+    long rows = 0;
     for (int i = 0; i < L->params.n_w; i++)
-        tiles += (L->params.out[i].n_out + MEMRA_MMVQ_ROWS - 1) / MEMRA_MMVQ_ROWS;
-    mmvq_set_wpt(L, tiles, wpt);
+        rows += L->params.out[i].n_out;
+    return rows;
+}
+
+int memra_mmvq_force_rpw(memra_mmvq_launch *L, int rpw, memra_err *err)
+{
+    if (L->params.rpw == 0)
+        return MEMRA_FAIL(err, MEMRA_ERR_INVALID_ARG, "mmvq: %s is not a direct launch", L->key);
+    if (rpw < 1)
+        return MEMRA_FAIL(err, MEMRA_ERR_INVALID_ARG, "mmvq: %d rows per warp", rpw);
+    mmvq_set_rpw(L, mmvq_rows(L), rpw);
     return MEMRA_OK;
 }
 
@@ -791,14 +802,17 @@ int memra_mmvq_prepare(const memra_mmvq_args *args, int sm, int n_sm, int ksplit
             return MEMRA_FAIL(err, MEMRA_ERR_UNSUPPORTED,
                               "mmvq: n_in %d above %d, the largest the B = 1 path of %s stages",
                               args->n_in, MEMRA_MMVQ_DIRECT_MAX_IN, out->key);
-        out->smem = (unsigned)MEMRA_MMVQ_ACT_SMEM(args->n_in);
-        /* warps per tile: the fewest (longest streams per warp, no shared-memory fold at 1)
-         * that still put 16 warps on every SM; a speed choice only (the parts fold in order) */
-        const long want = 16L * (n_sm > 0 ? n_sm : 132);
-        int w = ks;
-        while (w > 1 && tiles * (w / 2) >= want)
-            w /= 2;
-        mmvq_set_wpt(out, tiles, w);
+        /* rows per warp: the fewest that run the launch in one wave of the CUDA blocks an SM
+         * holds (shared memory bound: 3 up to n_in = 16384), i.e. the longest contiguous
+         * stream per warp with no second wave; a speed choice only */
+        const long smem = MEMRA_MMVQ_DIRECT_SMEM(args->n_in) + 1024;
+        long per_sm = (long)(228 * 1024) / smem;
+        per_sm = per_sm < 1 ? 1 : per_sm > 8 ? 8 : per_sm;
+        const long cap = per_sm * MEMRA_MMVQ_WARPS * (n_sm > 0 ? n_sm : 132);
+        long rows = 0;
+        for (int i = 0; i < args->n_w; i++)
+            rows += args->out[i].n_out;
+        mmvq_set_rpw(out, rows, (int)((rows + cap - 1) / cap));
         return MEMRA_OK;
     }
     out->grid = (unsigned)((tiles * ks + MEMRA_MMVQ_WARPS - 1) / MEMRA_MMVQ_WARPS);

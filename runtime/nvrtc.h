@@ -121,9 +121,9 @@ typedef struct memra_mmvq_launch {
  * 16-byte aligned and every row_bytes must equal the qtype's bytes for n_in elements. */
 int memra_mmvq_prepare(const memra_mmvq_args *args, int sm, int n_sm, int ksplit,
                        memra_mmvq_launch *out, memra_err *err);
-/* Tests and measurements of the B = 1 direct path: replaces a prepared direct launch's warps
- * per tile (params.wpt, 1/2/4/8 dividing ksplit) and its grid. Not a numerical choice. */
-int memra_mmvq_force_wpt(memra_mmvq_launch *L, int wpt, memra_err *err);
+/* Tests and measurements of the B = 1 direct path: replaces a prepared direct launch's rows
+ * per warp (params.rpw, >= 1) and its grid. Not a numerical choice. */
+int memra_mmvq_force_rpw(memra_mmvq_launch *L, int rpw, memra_err *err);
 
 /* Whether mmvq can specialize weight type qt (memra_qtype), and its dot block in elements. */
 int memra_mmvq_supports(int qt);

@@ -197,40 +197,40 @@ START_TEST(test_mmvq_prepare)
     few = mmvq_args(MEMRA_QT_Q4_K, 256, 16, 1); /* one 256-step: no split */
     ck_assert_int_eq(memra_mmvq_prepare(&few, 90, 132, 0, &l, &e), MEMRA_OK);
     ck_assert_int_eq(l.params.ksplit, 1);
-    /* B = 1 with q4_K only is the direct path: the staged q8_1 row is its shared memory
-     * (codes, fp32 d, int32 sums: 1.25 n_in bytes, at least the combine's 4 KB scratch), the
-     * same grid; a larger n_in than it stages fails with a message */
+    /* B = 1 with q4_K only is the direct path: its shared memory is the q8_1 row (codes, fp32
+     * d, int32 sums: 1.25 n_in bytes) and the warps' rings; warps own whole rows, as few per
+     * warp as one wave of the CUDA blocks an SM holds allows */
     few = mmvq_args(MEMRA_QT_Q4_K, 12288, 4096, 1);
     ck_assert_int_eq(memra_mmvq_prepare(&few, 90, 132, 0, &l, &e), MEMRA_OK);
-    ck_assert_uint_eq(l.smem, 12288 + 12288 / 32 * 8 + 2048);
-    /* 256 tiles: all 8 parts on 8 warps per tile (2 048 warps, under 16 per SM already) */
-    ck_assert_int_eq(l.params.wpt, 8);
+    ck_assert_uint_eq(l.smem, 12288 / 256 * 288 + 12288 / 32 * 8 + MEMRA_MMVQ_FLAT_RING);
+    /* 3 CUDA blocks per SM: 3 168 warps hold 4 096 rows at 2 per warp: 2 048 warps */
+    ck_assert_int_eq(l.params.rpw, 2);
     ck_assert_uint_eq(l.grid, 256);
-    /* 15 520 tiles (an lm_head): one warp runs a tile's 8 parts, 8 tiles per CUDA block */
+    /* 248 320 rows (an lm_head): 79 per warp, 3 144 warps */
     few = mmvq_args(MEMRA_QT_Q4_K, 4096, 248320, 1);
     ck_assert_int_eq(memra_mmvq_prepare(&few, 90, 132, 0, &l, &e), MEMRA_OK);
-    ck_assert_int_eq(l.params.wpt, 1);
-    ck_assert_uint_eq(l.grid, 1940);
-    /* 1 536 tiles: 2 warps per tile keep 3 072 >= 16 x 132 warps; 1 SM asks for fewer */
-    few = mmvq_args(MEMRA_QT_Q4_K, 4096, 1536 * 16, 1);
-    ck_assert_int_eq(memra_mmvq_prepare(&few, 90, 132, 0, &l, &e), MEMRA_OK);
-    ck_assert_int_eq(l.params.wpt, 2);
-    ck_assert_uint_eq(l.grid, 384);
-    /* a forced split keeps the tiles: 1 536 tiles x 8 warps = 1 536 CUDA blocks */
-    ck_assert_int_eq(memra_mmvq_force_wpt(&l, 8, &e), MEMRA_OK);
-    ck_assert_int_eq(l.params.wpt, 8);
-    ck_assert_uint_eq(l.grid, 1536);
-    ck_assert_int_eq(memra_mmvq_force_wpt(&l, 3, &e), MEMRA_ERR_INVALID_ARG);
-    memra_err_clear(&e);
+    ck_assert_int_eq(l.params.rpw, 79);
+    ck_assert_uint_eq(l.grid, 393);
+    /* one SM: 24 warps; a forced split keeps the rows */
     ck_assert_int_eq(memra_mmvq_prepare(&few, 90, 1, 0, &l, &e), MEMRA_OK);
-    ck_assert_int_eq(l.params.wpt, 1);
+    ck_assert_int_eq(l.params.rpw, 10347);
+    ck_assert_int_eq(memra_mmvq_force_rpw(&l, 1, &e), MEMRA_OK);
+    ck_assert_int_eq(l.params.rpw, 1);
+    ck_assert_uint_eq(l.grid, 248320 / 8);
+    ck_assert_int_eq(memra_mmvq_force_rpw(&l, 0, &e), MEMRA_ERR_INVALID_ARG);
+    memra_err_clear(&e);
+    /* the largest n_in: one CUDA block per SM */
+    few = mmvq_args(MEMRA_QT_Q4_K, MEMRA_MMVQ_DIRECT_MAX_IN, 16, 1);
+    ck_assert_int_eq(memra_mmvq_prepare(&few, 90, 132, 0, &l, &e), MEMRA_OK);
+    ck_assert_int_eq(l.params.rpw, 1);
+    ck_assert_uint_le(l.smem, 227 * 1024);
     few = mmvq_args(MEMRA_QT_Q4_K, 256, 16, 1);
     ck_assert_int_eq(memra_mmvq_prepare(&few, 90, 132, 0, &l, &e), MEMRA_OK);
-    ck_assert_uint_eq(l.smem, 256 + 64 + 2048);
+    ck_assert_uint_eq(l.smem, MEMRA_MMVQ_DIRECT_SMEM(256));
     few.b = 2; /* B = 2 stages */
     ck_assert_int_eq(memra_mmvq_prepare(&few, 90, 132, 0, &l, &e), MEMRA_OK);
     ck_assert_uint_eq(l.smem, MEMRA_MMVQ_SMEM(144));
-    ck_assert_int_eq(memra_mmvq_force_wpt(&l, 1, &e), MEMRA_ERR_INVALID_ARG); /* not direct */
+    ck_assert_int_eq(memra_mmvq_force_rpw(&l, 1, &e), MEMRA_ERR_INVALID_ARG); /* not direct */
     ck_assert_ptr_nonnull(strstr(e.msg, "not a direct launch"));
     memra_err_clear(&e);
     few = mmvq_args(MEMRA_QT_Q4_K, MEMRA_MMVQ_DIRECT_MAX_IN + 256, 16, 1);

@@ -321,17 +321,17 @@ static void mmvq_run(const memra_mmvq_args *args, int ksplit, int *ks_used)
         *ks_used = L.params.ksplit;
 }
 
-/* A B = 1 direct-path launch (mmvq_params.h) with wpt warps per tile forced instead of the
- * occupancy choice; 0 when the launch is not direct or wpt does not divide its P. */
-static int mmvq_run_wpt(const memra_mmvq_args *args, int wpt)
+/* A B = 1 direct-path launch (mmvq_params.h) with rpw rows per warp forced instead of the
+ * one-wave choice; 0 when the launch is not direct. */
+static int mmvq_run_rpw(const memra_mmvq_args *args, int rpw)
 {
     memra_mmvq_launch L;
     memra_err e;
     memra_err_clear(&e);
     ck_assert_msg(memra_mmvq_prepare(args, G.sm, 0, 0, &L, &e) == MEMRA_OK, "%s", e.msg);
-    if (L.params.wpt == 0 || L.params.ksplit % wpt != 0)
+    if (L.params.rpw == 0)
         return 0;
-    ck_assert_msg(memra_mmvq_force_wpt(&L, wpt, &e) == MEMRA_OK, "%s", e.msg);
+    ck_assert_msg(memra_mmvq_force_rpw(&L, rpw, &e) == MEMRA_OK, "%s", e.msg);
     CUfunction f = kernel(L.key);
     void *params[] = {&L.params};
     CU_OK(cuLaunchKernel(f, L.grid, 1, 1, L.threads, 1, 1, L.smem, G.st, params, NULL));
@@ -453,16 +453,18 @@ static void mmvq_case(int qt, int K, int N, tally *t, tu_rng *rng)
         t->rerun_bad++;
         report(t, "%s K=%d N=%d: second B=16 launch differs", memra_qtype_get(qt)->name, K, N);
     }
-    /* the B = 1 direct path with every warps-per-tile split: bit-identical to the CPU */
+    /* the B = 1 direct path with several rows per warp (3 and 7: warps whose rows end
+     * mid-launch): bit-identical to the CPU */
     args.b = 1;
-    for (int wpt = 1; wpt <= 8; wpt *= 2) {
+    static const int rpws[] = {1, 2, 3, 7, 64};
+    for (int ri = 0; ri < 5; ri++) {
         CU_OK(cuMemsetD8(dy, 0xFF, (size_t)16 * N * 4));
-        if (!mmvq_run_wpt(&args, wpt))
+        if (!mmvq_run_rpw(&args, rpws[ri]))
             continue;
         t->launches++;
         CU_OK(cuMemcpyDtoH(y, dy, (size_t)N * 4));
-        snprintf(what, sizeof what, "%s K=%d N=%d B=1 direct wpt=%d", memra_qtype_get(qt)->name,
-                 K, N, wpt);
+        snprintf(what, sizeof what, "%s K=%d N=%d B=1 direct rpw=%d", memra_qtype_get(qt)->name,
+                 K, N, rpws[ri]);
         check_vs_ref(t, what, y, ref, sabs, 1, N, nblk, 1);
     }
     args.b = 16;
@@ -907,9 +909,10 @@ static void bench_prewarm(CUdeviceptr da, CUdeviceptr dy)
 
 /* Median microseconds per launch of shape sh at tier B: R launches back to back in one
  * captured graph, each PDL-enabled (as the backend launches mmvq), weights rotated so that
- * no launch finds its weights in L2. */
+ * no launch finds its weights in L2. rpw > 0 forces the direct path's rows per warp (the
+ * caller checks it applies). */
 static double bench_shape_us(const graph_api *ga, CUstream st, const bench_shape *sh, int B,
-                             int wpt, CUdeviceptr wbuf, size_t cap, CUdeviceptr da, CUdeviceptr dy,
+                             int rpw, CUdeviceptr wbuf, size_t cap, CUdeviceptr da, CUdeviceptr dy,
                              CUevent e0, CUevent e1)
 {
     const size_t bytes = shape_bytes(sh) + 256 * sh->n_w;
@@ -928,8 +931,8 @@ static double bench_shape_us(const graph_api *ga, CUstream st, const bench_shape
         memra_err e;
         memra_err_clear(&e);
         ck_assert_msg(memra_mmvq_prepare(&a, G.sm, 0, 0, &L, &e) == MEMRA_OK, "%s", e.msg);
-        if (wpt > 0) /* a forced direct-path split (the caller checks it applies) */
-            ck_assert_msg(memra_mmvq_force_wpt(&L, wpt, &e) == MEMRA_OK, "%s", e.msg);
+        if (rpw > 0)
+            ck_assert_msg(memra_mmvq_force_rpw(&L, rpw, &e) == MEMRA_OK, "%s", e.msg);
         CUfunction f = kernel(L.key);
         void *params[] = {&L.params};
         CUlaunchAttribute attr;
@@ -1022,6 +1025,38 @@ static void bench_profile(CUdeviceptr da, CUdeviceptr dy, CUdeviceptr wbuf, size
         dlclose(lib);
 }
 
+/* The direct path (B = 1, the q4_K-only shapes) at several rows per warp, us per launch and
+ * % of the copy rate; "auto" is prepare()'s one-wave choice for 132 SMs. */
+static void bench_direct_table(const graph_api *ga, CUstream st, double copy_gbs,
+                               CUdeviceptr wbuf, size_t cap, CUdeviceptr da, CUdeviceptr dy,
+                               CUevent e0, CUevent e1)
+{
+    static const int rpws[] = {0, 1, 2, 4, 8, 16};
+    printf("TABLE|direct path at B=1 by rows per warp (us per launch, %% copy)\n");
+    printf("TABLE|%-34s %7s %9s %8s %8s %8s %8s %8s %8s\n", "shape", "MB", "floor_us", "auto",
+           "rpw=1", "rpw=2", "rpw=4", "rpw=8", "rpw=16");
+    for (int si = 0; si < N_SHAPES; si++) {
+        const bench_shape *sh = &k_shapes[si];
+        int all_q4k = 1;
+        for (int i = 0; i < sh->n_w; i++)
+            all_q4k &= sh->qt[i] == MEMRA_QT_Q4_K;
+        if (!all_q4k)
+            continue;
+        const double mb = (double)shape_bytes(sh) / 1e6;
+        char us_line[160] = "", pct_line[160] = "";
+        int ul = 0, pl = 0;
+        for (int c = 0; c < 6; c++) {
+            const double us = bench_shape_us(ga, st, sh, 1, rpws[c], wbuf, cap, da, dy, e0, e1);
+            ul += snprintf(us_line + ul, sizeof us_line - ul, " %8.1f", us);
+            pl += snprintf(pct_line + pl, sizeof pct_line - pl, " %7.0f%%",
+                           100.0 * mb * 1e6 / (us * 1e-6) / 1e9 / copy_gbs);
+        }
+        printf("TABLE|%-34s %7.1f %9.2f%s\n", sh->name, mb, mb * 1e6 / (copy_gbs * 1e9) * 1e6,
+               us_line);
+        printf("TABLE|%-34s %7s %9s%s\n", "", "", "  % copy", pct_line);
+    }
+}
+
 START_TEST(test_bandwidth)
 {
     GPU_OR_SKIP();
@@ -1095,37 +1130,7 @@ START_TEST(test_bandwidth)
     for (int bi = 0; bi < 5; bi++)
         printf(" %8.1f", tot_us[bi]);
     printf("\n");
-    /* the direct path (B = 1, q4_K-only shapes) at every warps-per-tile split; "auto" is
-     * prepare()'s choice for 132 SMs */
-    printf("TABLE|direct path at B=1 by warps per tile (us per launch, %% copy)\n");
-    printf("TABLE|%-34s %7s %9s %8s %8s %8s %8s %8s\n", "shape", "MB", "floor_us", "auto",
-           "wpt=1", "wpt=2", "wpt=4", "wpt=8");
-    for (int si = 0; si < N_SHAPES; si++) {
-        const bench_shape *sh = &k_shapes[si];
-        int all_q4k = 1;
-        for (int i = 0; i < sh->n_w; i++)
-            all_q4k &= sh->qt[i] == MEMRA_QT_Q4_K;
-        if (!all_q4k)
-            continue;
-        const double mb = (double)shape_bytes(sh) / 1e6;
-        char us_line[128] = "", pct_line[128] = "";
-        int ul = 0, pl = 0;
-        for (int w = 0; w <= 8; w = w ? 2 * w : 1) {
-            const int P = memra_mmvq_parts(sh->K);
-            if (w > P) {
-                ul += snprintf(us_line + ul, sizeof us_line - ul, " %8s", "-");
-                pl += snprintf(pct_line + pl, sizeof pct_line - pl, " %8s", "-");
-                continue;
-            }
-            const double us = bench_shape_us(&ga, st, sh, 1, w, wbuf, cap, da, dy, e0, e1);
-            ul += snprintf(us_line + ul, sizeof us_line - ul, " %8.1f", us);
-            pl += snprintf(pct_line + pl, sizeof pct_line - pl, " %7.0f%%",
-                           100.0 * mb * 1e6 / (us * 1e-6) / 1e9 / copy_gbs);
-        }
-        printf("TABLE|%-34s %7.1f %9.2f%s\n", sh->name, mb, mb * 1e6 / (copy_gbs * 1e9) * 1e6,
-               us_line);
-        printf("TABLE|%-34s %7s %9s%s\n", "", "", "  % copy", pct_line);
-    }
+    bench_direct_table(&ga, st, copy_gbs, wbuf, cap, da, dy, e0, e1);
     CU_OK(cuEventDestroy(e0));
     CU_OK(cuEventDestroy(e1));
     CU_OK(cuStreamDestroy(st));
