@@ -125,7 +125,7 @@ static inline int memra_mmvq_step_blocks(int32_t qtype)
  * property only: both paths give the same bytes. */
 static inline int memra_mmvq_direct(int32_t qtype)
 {
-    return qtype == 12; /* q4_K */
+    return qtype == 12 || qtype == 14; /* q4_K, q6_K */
 }
 
 /* One output in the canonical order above: the row wrow (n_in elements of qtype) against one

@@ -28,8 +28,8 @@
  *   - the parts of a tile are combined as ((T_0 + T_1) + T_2) + ... through shared memory,
  *     so y is bit-identical (memcmp) to the CPU reference memra_mmvq_dot / memra_mmvq_ref.
  *   - epilogue: v = T (* scale[0]); y = v (mode 0) or y = y + v (mode 1).
- * B = 1 launches whose weights are all q4_K take the direct path instead (see "the direct
- * path" below): warps own whole rows, no mma, the same arithmetic in the same order.
+ * B = 1 launches whose weights are all q4_K / q6_K take the direct path instead (see "the
+ * direct path" below): warps own whole rows, no mma, the same arithmetic in the same order.
  * Must not: use float atomics, split K by anything but n_in, or let a row's arithmetic
  * depend on another row (mma columns are independent exact integer sums).
  * Invariants: weights 16-byte aligned; nothing outside [w, w + n_out * row_bytes) is read
@@ -926,7 +926,7 @@ MEMRA_DEV void parts_combine(float (&T)[NT][4], u8 *smem, int warp, int part, in
  * q8_1 row the CUDA block staged once (stage_act). A kernel takes it when B = 1 and every
  * weight is of a direct type (mmvq_params.h MEMRA_MMVQ_DIRECT). Same per-block arithmetic,
  * each row's canonical parts folded in the same order (in the warp, by shuffles): the result
- * is bit-identical (q4k_direct_main).
+ * is bit-identical (direct_main).
  *
  * q4_K: lane 2 b + h takes block b of the stage (16 blocks of one row), half h: codes
  * qs[64 h .. 64 h + 63] (4 x 16 bytes) = sub-blocks 4 h .. 4 h + 3, plus the 16-byte header (d,
@@ -1075,6 +1075,62 @@ MEMRA_DEV void store_one(const memra_mmvq_out_params &o, int row, float T)
     o.y[row] = o.mode ? __fadd_rn(o.y[row], v) : v;
 }
 
+/* N 32-bit words of shared memory from a 2-byte aligned address (two aligned words and a
+ * funnel shift each; reads 4 bytes past the run's end when p is not 4-byte aligned). */
+template <int N> MEMRA_DEV void lds_run(const u8 *p, u32 (&w)[N])
+{
+    const u32 s = 8u * ((u32)(u64)p & 3u);
+    const u32 *a = (const u32 *)((u64)p & ~(u64)3);
+    u32 prev = a[0];
+#pragma unroll
+    for (int i = 0; i < N; i++) {
+        const u32 nx = a[i + 1];
+        w[i] = __funnelshift_r(prev, nx, s);
+        prev = nx;
+    }
+}
+
+/* r of a q6_K block in shared memory at blk (2-byte aligned) for half h (quant.c §9): lane
+ * 2 b + h holds sub-blocks k = 4 h + i, i = 0..3: codes c = (low 4 | high 2 << 4) - 32 from
+ * ql[64 h + 32 (i & 1) + l] (low nibble for i < 2, high for i >= 2) and (qh[32 h + l] >> 2 i)
+ * & 3; X_k = sc_2k . S_lo + sc_2k+1 . S_hi (int32, exact), A_k = d_a(k) x f(X_k); the lane's
+ * half of tree8, one shuffle adds the halves; r = d x tree8(A). */
+MEMRA_DEV float q6k_direct(const u8 *blk, const u8 *act, int n_in, int kq, int h)
+{
+    u32 ql[16], qh[8], sc[2], dw[1];
+    lds_run<16>(blk + 64 * h, ql);
+    lds_run<8>(blk + 128 + 32 * h, qh);
+    lds_run<2>(blk + 192 + 8 * h, sc);
+    lds_run<1>(blk + 208, dw);
+    const u32x4 dav = lds16(act + MEMRA_MMVQ_ACT_CODES(n_in) + 4 * kq);
+    float cA[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const u8 *aq = act + act_code_off(kq + i);
+        const u32x4 a0 = lds16(aq), a1 = lds16(aq + 16);
+        i32 S[2] = {0, 0};
+#pragma unroll
+        for (int wd = 0; wd < 8; wd++) {
+            const u32 lo = (ql[8 * (i & 1) + wd] >> (i >= 2 ? 4 : 0)) & 0x0F0F0F0Fu;
+            const u32 hi = ((qh[wd] >> (2 * i)) & 0x03030303u) << 4;
+            const u32 av = word_of(wd < 4 ? a0 : a1, wd & 3);
+            S[wd >> 2] = dp4a_ss(sub32(lo | hi), av, S[wd >> 2]);
+        }
+        const u32 sw = sc[i >> 1] >> (16 * (i & 1)); /* scales 2 i, 2 i + 1 of the half */
+        const i32 X = (i32)(i8)(u8)sw * S[0] + (i32)(i8)(u8)(sw >> 8) * S[1];
+        cA[i] = __fmul_rn(__uint_as_float(word_of(dav, i)), i2f(X));
+    }
+    const float lA = __fadd_rn(__fadd_rn(cA[0], cA[1]), __fadd_rn(cA[2], cA[3]));
+    const float tA = __fadd_rn(lA, __shfl_xor_sync(0xFFFFFFFFu, lA, 1));
+    return __fmul_rn(f16_to_f32((u16)(dw[0] & 0xFFFF)), tA);
+}
+
+/* The ring slot of one 16-block stage (mmvq_params.h MEMRA_MMVQ_FLAT_SLOT). */
+MEMRA_DEV constexpr int dslot(int q0, int q1, int q2, int q3)
+{
+    return MEMRA_MMVQ_FLAT_SLOT(q0 == 14 || q1 == 14 || q2 == 14 || q3 == 14);
+}
+
 /* Which weight output row `row` of the launch (the weights' rows laid end to end) belongs
  * to (-1: none), and its row index in it. */
 MEMRA_DEV int row_weight(const memra_mmvq_params &p, int &row)
@@ -1088,23 +1144,27 @@ MEMRA_DEV int row_weight(const memra_mmvq_params &p, int &row)
 }
 
 /*
- * The direct kernel (q4_K, B = 1). Warp i of the launch owns output rows [i R, (i + 1) R)
- * (R = p.rpw) and streams their blocks, row after row, 16 blocks (one "round" of a row) per
- * stage, through a ring of MEMRA_MMVQ_FLAT_STAGES stages in shared memory: lane l copies the
- * stage's 16-byte units l, l + 32, ... (flat cp.async: a warp instruction covers 512
- * consecutive bytes; consecutive rows of a weight are consecutive bytes, so a warp's loads
- * are one contiguous run. bench/pattern_probe.cu: 16 rows per instruction, as a register-per-
- * output-row mapping loads, reach 59-68 % of the copy rate; a flat read 88-107 %). The first
- * stages go out before the PDL wait (weights depend on nothing).
- * Lane 2 b + h computes r_j of block j = 16 m + b of round m from half h (q4k_direct). The
- * canonical fold (kernels/mmvq.h) runs in the warp: lanes of block b < P keep part b's T_p,
- * adding r_j for j = b, b + P, ... < 16 of each round in increasing j (shuffles), so T_p =
- * 0 + r_p + r_(p+P) + ... over the row; at the row's end y = ((T_0 + T_1) + T_2) + ....
- * Same per-block arithmetic, same order: bit-identical to the staged path and the CPU.
+ * The direct kernel (B = 1; q4_K and q6_K weights, any mix). Warp i of the launch owns output
+ * rows [i R, (i + 1) R) (R = p.rpw) and streams their blocks, row after row, 16 blocks (one
+ * "round" of a row) per stage, through a ring of MEMRA_MMVQ_FLAT_STAGES slots in shared
+ * memory: lane l copies the stage's 16-byte units l, l + 32, ... (flat cp.async: a warp
+ * instruction covers 512 consecutive bytes; consecutive rows of a weight are consecutive
+ * bytes, so a warp's loads are one contiguous run. bench/pattern_probe.cu: 16 rows per
+ * instruction, as a register-per-output-row mapping loads, reach 59-68 % of the copy rate; a
+ * flat read 88-107 %). A q6_K round starts where its row does, 2-byte aligned: the copy
+ * starts at the 16-byte unit holding it, and a unit past the weight's end copies only the
+ * weight's bytes. The first stages go out before the PDL wait (weights depend on nothing).
+ * Lane 2 b + h computes r_j of block j = 16 m + b of round m from half h (q4k_direct,
+ * q6k_direct: one row, so one type, per stage). The canonical fold (kernels/mmvq.h) runs in
+ * the warp: lanes of block b < P keep part b's T_p, adding r_j for j = b, b + P, ... < 16 of
+ * each round in increasing j (shuffles), so T_p = 0 + r_p + r_(p+P) + ... over the row; at
+ * the row's end y = ((T_0 + T_1) + T_2) + .... Same per-block arithmetic, same order:
+ * bit-identical to the staged path and the CPU.
  */
-MEMRA_DEV void q4k_direct_main(const memra_mmvq_params &p, u8 *smem)
+template <int QT0, int QT1, int QT2, int QT3>
+MEMRA_DEV void direct_main(const memra_mmvq_params &p, u8 *smem)
 {
-    constexpr int NST = MEMRA_MMVQ_FLAT_STAGES, SB = MEMRA_MMVQ_FLAT_STAGE;
+    constexpr int NST = MEMRA_MMVQ_FLAT_STAGES, SB = dslot(QT0, QT1, QT2, QT3);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, b = lane >> 1, h = lane & 1;
     const int P = p.ksplit, R = p.rpw, nblk = p.n_in / 256;
     const int rounds = (nblk + 15) / 16;
@@ -1117,19 +1177,28 @@ MEMRA_DEV void q4k_direct_main(const memra_mmvq_params &p, u8 *smem)
     u8 *act = smem;
     u8 *ring = smem + MEMRA_MMVQ_ACT_BYTES(p.n_in) + warp * NST * SB;
 
-    /* stage k: round k % rounds of row r0 + k / rounds (an empty group past the end) */
+    /* stage k: round k % rounds of row r0 + k / rounds (an empty group past the end), from the
+     * 16-byte unit holding its first byte; a unit past the weight's end copies only its bytes */
     auto stage = [&](int k) {
         if (k < nst) {
             int row = r0 + k / rounds;
             const int m = k % rounds, wi = row_weight(p, row);
-            const u8 *src = (const u8 *)p.out[wi].w + (u64)row * p.out[wi].row_bytes + 2304 * m;
-            const int units = 9 * (nblk - 16 * m < 16 ? nblk - 16 * m : 16);
+            const memra_mmvq_out_params &o = p.out[wi];
+            const int bb = (wi == 0 ? QT0 : wi == 1 ? QT1 : wi == 2 ? QT2 : QT3) == 14 ? 210 : 144;
+            const u8 *first = (const u8 *)o.w + (u64)row * o.row_bytes + (u64)(16 * bb) * m;
+            const u8 *src = (const u8 *)((u64)first & ~(u64)15);
+            const u8 *end = (const u8 *)o.w + (u64)o.n_out * o.row_bytes;
+            const int nb = nblk - 16 * m < 16 ? nblk - 16 * m : 16;
+            const int units = (int)((first - src) + bb * nb + 15) / 16;
             u8 *dst = ring + (k % NST) * SB;
 #pragma unroll
-            for (int i = 0; i < 5; i++) {
+            for (int i = 0; i < (SB + 511) / 512; i++) {
                 const int u = lane + 32 * i;
-                if (u < units)
-                    cp_async16(dst + 16 * u, src + 16 * u, 16);
+                if (u < units) {
+                    const u8 *s16 = src + 16 * u;
+                    const long left = (long)(end - s16);
+                    cp_async16(dst + 16 * u, s16, left < 16 ? (u32)left : 16u);
+                }
             }
         }
         cp_async_commit();
@@ -1145,9 +1214,20 @@ MEMRA_DEV void q4k_direct_main(const memra_mmvq_params &p, u8 *smem)
         cp_async_wait<NST - 1>();
         __syncwarp();
         const int m = k % rounds, j = 16 * m + b;
-        q4k_lane w;
-        q4k_lds(w, ring + (k % NST) * SB + 144 * b, h); /* past the row's end: unused bits */
-        const float rj = q4k_direct(w, act, p.n_in, 8 * (j < nblk ? j : 0) + 4 * h, h);
+        int row = r0 + k / rounds;
+        const int wi = row_weight(p, row);
+        const int qt = wi == 0 ? QT0 : wi == 1 ? QT1 : wi == 2 ? QT2 : QT3;
+        const int kq = 8 * (j < nblk ? j : 0) + 4 * h;
+        const u8 *slot = ring + (k % NST) * SB;
+        float rj;
+        if (qt == 14) { /* warp-uniform: one row per stage */
+            const u8 *first = (const u8 *)p.out[wi].w + (u64)row * p.out[wi].row_bytes;
+            rj = q6k_direct(slot + ((u64)first & 15) + 210 * b, act, p.n_in, kq, h);
+        } else {
+            q4k_lane w;
+            q4k_lds(w, slot + 144 * b, h); /* past the row's end: unused bits */
+            rj = q4k_direct(w, act, p.n_in, kq, h);
+        }
         __syncwarp();
         stage(k + NST);
         /* T_pb += r_j for the round's blocks of part pb, in increasing j */
@@ -1160,8 +1240,6 @@ MEMRA_DEV void q4k_direct_main(const memra_mmvq_params &p, u8 *smem)
             float y = __shfl_sync(0xFFFFFFFFu, T, 0);
             for (int q = 1; q < P; q++)
                 y = __fadd_rn(y, __shfl_sync(0xFFFFFFFFu, T, 2 * q));
-            int row = r0 + k / rounds;
-            const int wi = row_weight(p, row);
             if (lane == 0)
                 store_one(p.out[wi], row, y);
             T = 0.0f;
@@ -1209,7 +1287,7 @@ MEMRA_DEV void mmvq_main(const memra_mmvq_params &p)
                             (QT2 < 0 || direct_of<QT2>::v) && (QT3 < 0 || direct_of<QT3>::v);
     if constexpr (DIRECT) {
         extern __shared__ __align__(16) u8 smem[];
-        q4k_direct_main(p, smem);
+        direct_main<QT0, QT1, QT2, QT3>(p, smem);
     } else {
         mmvq_staged<B, QT0, QT1, QT2, QT3>(p);
     }

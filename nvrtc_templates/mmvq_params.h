@@ -98,19 +98,24 @@ typedef struct memra_mmvq_params {
  * run of weight bytes) and streams them through a ring in shared memory with flat 16-byte
  * cp.async, 16 blocks (2304 bytes of q4_K) per stage; no mma (nvrtc_templates/mmvq.cuh,
  * "the direct path"). */
-#define MEMRA_MMVQ_DIRECT(qt) ((qt) == 12)
-#define MEMRA_MMVQ_FLAT_STAGE 2304 /* 16 q4_K blocks */
-#define MEMRA_MMVQ_FLAT_STAGES 3   /* stages in flight per warp */
-#define MEMRA_MMVQ_FLAT_RING (MEMRA_MMVQ_WARPS * MEMRA_MMVQ_FLAT_STAGES * MEMRA_MMVQ_FLAT_STAGE)
+#define MEMRA_MMVQ_DIRECT(qt) ((qt) == 12 || (qt) == 14)
+#define MEMRA_MMVQ_FLAT_STAGES 3 /* stages in flight per warp */
+/* A ring slot (one 16-block stage): 16 q4_K blocks, or with q6_K in the launch 16 of its
+ * 210-byte blocks + 16 bytes for a start that is not 16-byte aligned (rows of n_in % 2048 !=
+ * 0) + 16 for a 4-byte read past the end (nvrtc_templates/mmvq.cuh lds_run) */
+#define MEMRA_MMVQ_FLAT_SLOT(has_q6k) ((has_q6k) ? 16 * 210 + 32 : 16 * 144)
+#define MEMRA_MMVQ_FLAT_RING(has_q6k)                                                             \
+    (MEMRA_MMVQ_WARPS * MEMRA_MMVQ_FLAT_STAGES * MEMRA_MMVQ_FLAT_SLOT(has_q6k))
 /* the q8_1 row as codes (each 128-byte half of a 256-element block padded to 144 bytes:
  * shared-memory banks), d as fp32 [n_in / 32], the code sums [n_in / 32] (int32), staged once
  * per CUDA block */
 #define MEMRA_MMVQ_ACT_CODES(n_in) ((n_in) / 256 * 288)
 #define MEMRA_MMVQ_ACT_BYTES(n_in) (MEMRA_MMVQ_ACT_CODES(n_in) + (n_in) / 32 * 8)
-/* Shared memory of a direct launch: the q8_1 row and the warps' rings (55 KB: 3 CUDA blocks
- * per SM up to n_in = 12288). */
-#define MEMRA_MMVQ_DIRECT_SMEM(n_in) (MEMRA_MMVQ_ACT_BYTES(n_in) + MEMRA_MMVQ_FLAT_RING)
-/* The largest n_in it takes (144 KB). */
+/* Shared memory of a direct launch: the q8_1 row and the warps' rings (q4_K: 55 KB, 3 CUDA
+ * blocks per SM up to n_in = 12288; with q6_K 81 KB, 2). */
+#define MEMRA_MMVQ_DIRECT_SMEM(n_in, has_q6k)                                                     \
+    (MEMRA_MMVQ_ACT_BYTES(n_in) + MEMRA_MMVQ_FLAT_RING(has_q6k))
+/* The largest n_in it takes (171 KB with q6_K). */
 #define MEMRA_MMVQ_DIRECT_MAX_IN 65536
 
 /* Dynamic shared memory of one CUDA block for a weight type's slot size; the 16 extra bytes

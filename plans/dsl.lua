@@ -324,12 +324,12 @@ end
 
 -- Projections of the same q8_1 input a [b, k]: outs = {{w = weight, out = buf, add = bool}},
 -- packed 4 per launch in the given order. `add` accumulates into out (residual).
--- At tier 1 a launch whose weights are all of a direct type (qtypes[..].mmvq_direct: q4_K)
+-- At tier 1 a launch whose weights are all of direct types (qtypes[..].mmvq_direct: q4_K, q6_K)
 -- streams whole rows per warp, flat, through shared memory (kernels/mmvq.h
--- memra_mmvq_direct), 1.3-1.6x faster than staging on the 9b shapes (bench/results/
--- mmvq-notes.md runs 6-8); one other weight would stage them all (the GDN input projection:
--- 23.6 us mixed, 11.9 us for its q4_K launch), so a mixed group becomes two launches, the
--- direct weights first (each in given order).
+-- memra_mmvq_direct), 1.3-1.8x faster than staging on the 9b shapes (bench/results/
+-- mmvq-notes.md runs 6-9); one other weight would stage them all, so a group that mixes
+-- direct and other types becomes two launches, the direct weights first (each in given
+-- order).
 function Plan:mmvq(a, k, outs)
     if self.b == 1 then
         local direct, staged = {}, {}

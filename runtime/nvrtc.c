@@ -245,6 +245,14 @@ int memra_kernel_spec_threads(const memra_kernel_spec *spec)
 
 /* Whether a specialization is direct (mmvq_params.h MEMRA_MMVQ_DIRECT): B = 1 and every
  * weight of a direct type. */
+static int mmvq_spec_q6k(const memra_kernel_spec *spec)
+{
+    for (int i = 0; i < spec->n_qt; i++)
+        if (spec->qt[i] == MEMRA_QT_Q6_K)
+            return 1;
+    return 0;
+}
+
 static int mmvq_spec_direct(const memra_kernel_spec *spec)
 {
     if (spec->tpl != MEMRA_TPL_MMVQ || spec->b != 1)
@@ -267,7 +275,7 @@ size_t memra_kernel_spec_smem(const memra_kernel_spec *spec)
     }
     /* direct: the most any launch may ask for (each passes its own size) */
     if (mmvq_spec_direct(spec))
-        return (size_t)MEMRA_MMVQ_DIRECT_SMEM(MEMRA_MMVQ_DIRECT_MAX_IN);
+        return (size_t)MEMRA_MMVQ_DIRECT_SMEM(MEMRA_MMVQ_DIRECT_MAX_IN, mmvq_spec_q6k(spec));
     return (size_t)MEMRA_MMVQ_SMEM(slot);
 }
 
@@ -732,7 +740,7 @@ static void mmvq_set_rpw(memra_mmvq_launch *L, long rows, int rpw)
 {
     const long warps = (rows + rpw - 1) / rpw;
     L->params.rpw = rpw;
-    L->smem = (unsigned)MEMRA_MMVQ_DIRECT_SMEM(L->params.n_in);
+    L->smem = (unsigned)MEMRA_MMVQ_DIRECT_SMEM(L->params.n_in, L->q6k);
     L->grid = (unsigned)((warps + MEMRA_MMVQ_WARPS - 1) / MEMRA_MMVQ_WARPS);
 }
 
@@ -805,7 +813,9 @@ int memra_mmvq_prepare(const memra_mmvq_args *args, int sm, int n_sm, int ksplit
         /* rows per warp: the fewest that run the launch in one wave of the CUDA blocks an SM
          * holds (shared memory bound: 3 up to n_in = 16384), i.e. the longest contiguous
          * stream per warp with no second wave; a speed choice only */
-        const long smem = MEMRA_MMVQ_DIRECT_SMEM(args->n_in) + 1024;
+        for (int i = 0; i < args->n_w; i++)
+            out->q6k |= args->out[i].qtype == MEMRA_QT_Q6_K;
+        const long smem = MEMRA_MMVQ_DIRECT_SMEM(args->n_in, out->q6k) + 1024;
         long per_sm = (long)(228 * 1024) / smem;
         per_sm = per_sm < 1 ? 1 : per_sm > 8 ? 8 : per_sm;
         const long cap = per_sm * MEMRA_MMVQ_WARPS * (n_sm > 0 ? n_sm : 132);

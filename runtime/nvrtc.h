@@ -110,6 +110,7 @@ typedef struct memra_mmvq_launch {
     char key[MEMRA_KERNEL_KEY_MAX]; /* canonical specialization key */
     unsigned grid, threads;         /* 1-D grid of CUDA blocks of `threads` threads */
     unsigned smem;                  /* dynamic shared memory bytes */
+    int q6k;                        /* a q6_K weight in a direct launch (its ring slot size) */
     memra_mmvq_params params;       /* the kernel's only parameter */
 } memra_mmvq_launch;
 

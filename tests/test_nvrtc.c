@@ -202,7 +202,7 @@ START_TEST(test_mmvq_prepare)
      * warp as one wave of the CUDA blocks an SM holds allows */
     few = mmvq_args(MEMRA_QT_Q4_K, 12288, 4096, 1);
     ck_assert_int_eq(memra_mmvq_prepare(&few, 90, 132, 0, &l, &e), MEMRA_OK);
-    ck_assert_uint_eq(l.smem, 12288 / 256 * 288 + 12288 / 32 * 8 + MEMRA_MMVQ_FLAT_RING);
+    ck_assert_uint_eq(l.smem, 12288 / 256 * 288 + 12288 / 32 * 8 + MEMRA_MMVQ_FLAT_RING(0));
     /* 3 CUDA blocks per SM: 3 168 warps hold 4 096 rows at 2 per warp: 2 048 warps */
     ck_assert_int_eq(l.params.rpw, 2);
     ck_assert_uint_eq(l.grid, 256);
@@ -226,7 +226,14 @@ START_TEST(test_mmvq_prepare)
     ck_assert_uint_le(l.smem, 227 * 1024);
     few = mmvq_args(MEMRA_QT_Q4_K, 256, 16, 1);
     ck_assert_int_eq(memra_mmvq_prepare(&few, 90, 132, 0, &l, &e), MEMRA_OK);
-    ck_assert_uint_eq(l.smem, MEMRA_MMVQ_DIRECT_SMEM(256));
+    ck_assert_uint_eq(l.smem, MEMRA_MMVQ_DIRECT_SMEM(256, 0));
+    /* q6_K is direct too, with the larger slot (210-byte blocks, unaligned row starts) */
+    few = mmvq_args(MEMRA_QT_Q6_K, 1024, 4096, 1);
+    ck_assert_int_eq(memra_mmvq_prepare(&few, 90, 132, 0, &l, &e), MEMRA_OK);
+    ck_assert_int_eq(l.q6k, 1);
+    ck_assert_uint_eq(l.smem, MEMRA_MMVQ_DIRECT_SMEM(1024, 1));
+    ck_assert_int_eq(memra_mmvq_force_rpw(&l, 3, &e), MEMRA_OK);
+    few = mmvq_args(MEMRA_QT_Q4_K, 256, 16, 1);
     few.b = 2; /* B = 2 stages */
     ck_assert_int_eq(memra_mmvq_prepare(&few, 90, 132, 0, &l, &e), MEMRA_OK);
     ck_assert_uint_eq(l.smem, MEMRA_MMVQ_SMEM(144));

@@ -35,9 +35,10 @@
  * layer + 3 for dense; MoE FFN 6 instead of 4): tiny has 8 layers, 2 of them attention. */
 #define TINY_LAUNCHES 70
 #define TINY_MOE_LAUNCHES 86
-/* Tier 1 keeps mmvq's direct weight types (q4_K) apart (plans/dsl.lua Plan:mmvq): the tiny
- * file's Q4_K_M mix has 4 projection groups that mix q4_K with another type. */
-#define TINY_T1_SPLITS 4
+/* Tier 1 keeps mmvq's direct weight types (q4_K, q6_K) apart from the others (plans/dsl.lua
+ * Plan:mmvq): the tiny file's Q4_K_M mix has no projection group that mixes them (its mixed
+ * groups are q4_K + q6_K, both direct). */
+#define TINY_T1_SPLITS 0
 #define TINY_LAUNCHES_OF(tier) (TINY_LAUNCHES + ((tier) == 1 ? TINY_T1_SPLITS : 0))
 
 /* ===================================== fixture ===================================== */
@@ -447,16 +448,20 @@ START_TEST(test_tiny_tiers)
         for (uint32_t k = 0; k < p->n_kernels; k++) {
             const char *key = p->kernels[k];
             ck_assert(strncmp(key, "mmvq:", 5) != 0 || strstr(key, bkey));
-            /* at tier 1 a q4_K launch holds only q4_K weights (the direct path) */
-            if (tiers[t] == 1 && strncmp(key, "mmvq:qt=q4_K", 12) == 0) {
-                /* every '+'-separated type up to ':' is q4_K */
+            /* at tier 1 a launch of a direct type (q4_K, q6_K) holds only direct types */
+            if (tiers[t] == 1 && strncmp(key, "mmvq:qt=", 8) == 0) {
+                int direct = 0, staged = 0;
                 for (const char *q = key + 8;; q++) {
                     const size_t n = strcspn(q, "+:");
-                    ck_assert_msg(n == 4 && strncmp(q, "q4_K", 4) == 0, "%s", key);
+                    if (n == 4 && (strncmp(q, "q4_K", 4) == 0 || strncmp(q, "q6_K", 4) == 0))
+                        direct++;
+                    else
+                        staged++;
                     if (q[n] != '+')
                         break;
                     q += n;
                 }
+                ck_assert_msg(!direct || !staged, "%s", key);
             }
         }
         check_resolved(p);
@@ -1135,9 +1140,9 @@ START_TEST(test_precompile)
                                .max_keys = PRECOMPILE_MAX_KEYS};
     rc = memra_planner_precompile(&o, &st, &e);
     ck_assert_msg(rc == MEMRA_OK, "precompile: %s", e.msg);
-    /* tiny tier 1: 5 mmvq qtype combinations and 1 attn_decode (a fixed nvcc kernel) */
-    const uint32_t want = PRECOMPILE_MAX_KEYS ? PRECOMPILE_MAX_KEYS : 5;
-    ck_assert_uint_eq(m->n_kernels, 6);
+    /* tiny tier 1: 6 mmvq qtype combinations and 1 attn_decode (a fixed nvcc kernel) */
+    const uint32_t want = PRECOMPILE_MAX_KEYS ? PRECOMPILE_MAX_KEYS : 6;
+    ck_assert_uint_eq(m->n_kernels, 7);
     ck_assert_uint_eq(st.n_keys, want);
     ck_assert_uint_eq(st.n_fixed, 1);
     ck_assert_uint_eq(st.compiled, want);
