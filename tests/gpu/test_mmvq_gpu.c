@@ -1025,8 +1025,9 @@ static void bench_profile(CUdeviceptr da, CUdeviceptr dy, CUdeviceptr wbuf, size
         dlclose(lib);
 }
 
-/* The direct path (B = 1, the q4_K-only shapes) at several rows per warp, us per launch and
- * % of the copy rate; "auto" is prepare()'s one-wave choice for 132 SMs. */
+/* The direct path (B = 1, the shapes whose weights are all of direct types) at several rows
+ * per warp, us per launch and % of the copy rate; "auto" is prepare()'s one-wave choice for
+ * 132 SMs. */
 static void bench_direct_table(const graph_api *ga, CUstream st, double copy_gbs,
                                CUdeviceptr wbuf, size_t cap, CUdeviceptr da, CUdeviceptr dy,
                                CUevent e0, CUevent e1)
@@ -1037,10 +1038,10 @@ static void bench_direct_table(const graph_api *ga, CUstream st, double copy_gbs
            "rpw=1", "rpw=2", "rpw=4", "rpw=8", "rpw=16");
     for (int si = 0; si < N_SHAPES; si++) {
         const bench_shape *sh = &k_shapes[si];
-        int all_q4k = 1;
+        int direct = 1;
         for (int i = 0; i < sh->n_w; i++)
-            all_q4k &= sh->qt[i] == MEMRA_QT_Q4_K;
-        if (!all_q4k)
+            direct &= memra_mmvq_direct(sh->qt[i]);
+        if (!direct)
             continue;
         const double mb = (double)shape_bytes(sh) / 1e6;
         char us_line[160] = "", pct_line[160] = "";
