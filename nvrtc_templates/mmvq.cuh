@@ -1131,6 +1131,12 @@ MEMRA_DEV constexpr int dslot(int q0, int q1, int q2, int q3)
     return MEMRA_MMVQ_FLAT_SLOT(q0 == 14 || q1 == 14 || q2 == 14 || q3 == 14);
 }
 
+/* The qtype of weight wi of a launch specialized for QT0..QT3. */
+template <int QT0, int QT1, int QT2, int QT3> MEMRA_DEV int direct_qt(int wi)
+{
+    return wi == 0 ? QT0 : wi == 1 ? QT1 : wi == 2 ? QT2 : QT3;
+}
+
 /* Which weight output row `row` of the launch (the weights' rows laid end to end) belongs
  * to (-1: none), and its row index in it. */
 MEMRA_DEV int row_weight(const memra_mmvq_params &p, int &row)
@@ -1184,7 +1190,7 @@ MEMRA_DEV void direct_main(const memra_mmvq_params &p, u8 *smem)
             int row = r0 + k / rounds;
             const int m = k % rounds, wi = row_weight(p, row);
             const memra_mmvq_out_params &o = p.out[wi];
-            const int bb = (wi == 0 ? QT0 : wi == 1 ? QT1 : wi == 2 ? QT2 : QT3) == 14 ? 210 : 144;
+            const int bb = direct_qt<QT0, QT1, QT2, QT3>(wi) == 14 ? 210 : 144;
             const u8 *first = (const u8 *)o.w + (u64)row * o.row_bytes + (u64)(16 * bb) * m;
             const u8 *src = (const u8 *)((u64)first & ~(u64)15);
             const u8 *end = (const u8 *)o.w + (u64)o.n_out * o.row_bytes;
@@ -1216,7 +1222,7 @@ MEMRA_DEV void direct_main(const memra_mmvq_params &p, u8 *smem)
         const int m = k % rounds, j = 16 * m + b;
         int row = r0 + k / rounds;
         const int wi = row_weight(p, row);
-        const int qt = wi == 0 ? QT0 : wi == 1 ? QT1 : wi == 2 ? QT2 : QT3;
+        const int qt = direct_qt<QT0, QT1, QT2, QT3>(wi);
         const int kq = 8 * (j < nblk ? j : 0) + 4 * h;
         const u8 *slot = ring + (k % NST) * SB;
         float rj;

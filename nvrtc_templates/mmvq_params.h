@@ -92,11 +92,10 @@ typedef struct memra_mmvq_params {
  * q8_1 rows every CUDA block re-reads). */
 #define MEMRA_MMVQ_MIN_BLOCKS(b, n_w) ((b) > 8 ? 2 : (n_w) > 1 && (b) >= 3 && (b) <= 4 ? 2 : 3)
 
-/* The direct path: a B = 1 launch whose weights are all of a direct type (blocks of whole
- * 16-byte units with a lane-friendly layout: q4_K, a 16-byte header and 128 bytes of codes).
- * Each warp owns whole output rows (params.rpw of them: consecutive rows, i.e. one contiguous
+/* The direct path: a B = 1 launch whose weights are all of a direct type (q4_K: a 16-byte
+ * header and 128 bytes of codes; q6_K: 210-byte blocks, read 2-byte aligned). Each warp owns whole output rows (params.rpw of them: consecutive rows, i.e. one contiguous
  * run of weight bytes) and streams them through a ring in shared memory with flat 16-byte
- * cp.async, 16 blocks (2304 bytes of q4_K) per stage; no mma (nvrtc_templates/mmvq.cuh,
+ * cp.async, 16 blocks (2304 bytes of q4_K, 3360 of q6_K) per stage; no mma (nvrtc_templates/mmvq.cuh,
  * "the direct path"). */
 #define MEMRA_MMVQ_DIRECT(qt) ((qt) == 12 || (qt) == 14)
 #define MEMRA_MMVQ_FLAT_STAGES 3 /* stages in flight per warp */

@@ -243,8 +243,7 @@ int memra_kernel_spec_threads(const memra_kernel_spec *spec)
     return spec->tpl == MEMRA_TPL_MMVQ ? 32 * MEMRA_MMVQ_WARPS : 256;
 }
 
-/* Whether a specialization is direct (mmvq_params.h MEMRA_MMVQ_DIRECT): B = 1 and every
- * weight of a direct type. */
+/* Whether a specialization has a q6_K weight (the direct path's larger ring slot). */
 static int mmvq_spec_q6k(const memra_kernel_spec *spec)
 {
     for (int i = 0; i < spec->n_qt; i++)
@@ -253,6 +252,8 @@ static int mmvq_spec_q6k(const memra_kernel_spec *spec)
     return 0;
 }
 
+/* Whether a specialization is direct (mmvq_params.h MEMRA_MMVQ_DIRECT): B = 1 and every
+ * weight of a direct type. */
 static int mmvq_spec_direct(const memra_kernel_spec *spec)
 {
     if (spec->tpl != MEMRA_TPL_MMVQ || spec->b != 1)
@@ -811,17 +812,15 @@ int memra_mmvq_prepare(const memra_mmvq_args *args, int sm, int n_sm, int ksplit
                               "mmvq: n_in %d above %d, the largest the B = 1 path of %s stages",
                               args->n_in, MEMRA_MMVQ_DIRECT_MAX_IN, out->key);
         /* rows per warp: the fewest that run the launch in one wave of the CUDA blocks an SM
-         * holds (shared memory bound: 3 up to n_in = 16384), i.e. the longest contiguous
-         * stream per warp with no second wave; a speed choice only */
-        for (int i = 0; i < args->n_w; i++)
-            out->q6k |= args->out[i].qtype == MEMRA_QT_Q6_K;
+         * holds (shared memory bound: 3 for q4_K up to n_in = 12288), i.e. the longest
+         * contiguous stream per warp with no second wave; a speed choice only */
+        out->q6k = mmvq_spec_q6k(&spec);
+        /* + 1 KB the driver reserves per CUDA block, of an SM's 228 KB */
         const long smem = MEMRA_MMVQ_DIRECT_SMEM(args->n_in, out->q6k) + 1024;
         long per_sm = (long)(228 * 1024) / smem;
         per_sm = per_sm < 1 ? 1 : per_sm > 8 ? 8 : per_sm;
         const long cap = per_sm * MEMRA_MMVQ_WARPS * (n_sm > 0 ? n_sm : 132);
-        long rows = 0;
-        for (int i = 0; i < args->n_w; i++)
-            rows += args->out[i].n_out;
+        const long rows = mmvq_rows(out);
         mmvq_set_rpw(out, rows, (int)((rows + cap - 1) / cap));
         return MEMRA_OK;
     }

@@ -25,6 +25,7 @@
 #include "gguf.h"
 #include "lua_host.h"
 #include "lua_model.h"
+#include "mmvq.h"
 #include "ops.h"
 #include "plan.h"
 #include "planner.h"
@@ -408,6 +409,33 @@ static void check_resolved(const memra_plan *p)
     }
 }
 
+/* At tier 1 an mmvq launch holds only mmvq's direct types (kernels/mmvq.h
+ * memra_mmvq_direct) or none of them (plans/dsl.lua Plan:mmvq). */
+static void check_t1_direct(const memra_plan *p)
+{
+    for (uint32_t k = 0; k < p->n_kernels; k++) {
+        const char *key = p->kernels[k];
+        if (strncmp(key, "mmvq:qt=", 8) != 0)
+            continue;
+        int direct = 0, staged = 0;
+        for (const char *q = key + 8;; q++) {
+            const size_t n = strcspn(q, "+:");
+            char name[16];
+            snprintf(name, sizeof name, "%.*s", (int)n, q);
+            const int qt = memra_qtype_from_name(name);
+            ck_assert_msg(qt >= 0, "%s: qtype '%s'", key, name);
+            if (memra_mmvq_direct(qt))
+                direct++;
+            else
+                staged++;
+            if (q[n] != '+')
+                break;
+            q += n;
+        }
+        ck_assert_msg(!direct || !staged, "%s", key);
+    }
+}
+
 START_TEST(test_tiny_tiers)
 {
     static const uint32_t tiers[] = {1, 2, 4, 8, 12, 16};
@@ -448,22 +476,9 @@ START_TEST(test_tiny_tiers)
         for (uint32_t k = 0; k < p->n_kernels; k++) {
             const char *key = p->kernels[k];
             ck_assert(strncmp(key, "mmvq:", 5) != 0 || strstr(key, bkey));
-            /* at tier 1 a launch of a direct type (q4_K, q6_K) holds only direct types */
-            if (tiers[t] == 1 && strncmp(key, "mmvq:qt=", 8) == 0) {
-                int direct = 0, staged = 0;
-                for (const char *q = key + 8;; q++) {
-                    const size_t n = strcspn(q, "+:");
-                    if (n == 4 && (strncmp(q, "q4_K", 4) == 0 || strncmp(q, "q6_K", 4) == 0))
-                        direct++;
-                    else
-                        staged++;
-                    if (q[n] != '+')
-                        break;
-                    q += n;
-                }
-                ck_assert_msg(!direct || !staged, "%s", key);
-            }
         }
+        if (tiers[t] == 1)
+            check_t1_direct(p);
         check_resolved(p);
         memra_plan_free(p);
     }
@@ -525,6 +540,12 @@ START_TEST(test_moe_and_kv)
     ck_assert_int_eq(plan_dir(g_moe, dir, "1,16", 1, 0, MEMRA_DT_Q8_0, NULL, 0, NULL, &e),
                      MEMRA_OK);
     ck_assert_int_eq(memra_gguf_open(g_moe, &g, &e), MEMRA_OK);
+    /* tier 1: its f32 router / shared-expert gate weights sit in groups with q4_K ones, which
+     * the planner splits (tiny's own groups are all direct types) */
+    ck_assert_msg(memra_plan_load(dir, 1, 0, g, &p, &e) == MEMRA_OK, "%s", e.msg);
+    check_t1_direct(p);
+    memra_plan_free(p);
+    p = NULL;
     ck_assert_msg(memra_plan_load(dir, 16, 0, g, &p, &e) == MEMRA_OK, "%s", e.msg);
     uint32_t c[MEMRA_OP_COUNT];
     count_ops(p, c);
