@@ -5,22 +5,28 @@
  * the CPU reference: every piece is a gdn_canon.h function or the lane / butterfly order of
  * gdn_step.h, which both paths below implement for any shape.
  *
- * Fast kernel (head_k_dim 128 or 256, head_v_dim % 32 == 0, Hv / Hk <= 8): one CTA of 8 warps
- * (4 when Hv * b exceeds 2 CTAs per SM) per (value head h, row b). The value heads that share
- * key head a form one thread-block cluster: each CTA recomputes q_a, k_a from the OLD conv
- * state, the cluster barrier then guarantees every reader is done before the cluster's first
- * CTA shifts those channels (a CTA's own v channels are shifted by the thread that read
- * them). Lane l of every warp holds q_i, k_i for i = 4l..4l+3 (+128): exactly the canonical
- * dk lane layout, so each warp forms the L2 sums in registers (every warp the same bits).
- * The state S_h^T is [head_v_dim rows j][head_k_dim] f32; a warp takes 16 rows at a time
- * (head_v_dim / 16 tasks over the warps: at head_v_dim 128 and 8 warps one each, the whole
- * 64 KiB head in flight at once), loads them with coalesced 16-byte loads (same layout) and
- * per row computes
+ * Fast kernel (head_k_dim 128 or 256, head_v_dim % 32 == 0, Hv / Hk <= 8): value head h of
+ * row b is split over `split` CTAs (4, 2 or 1: the most that keep whole q8_1 blocks per CTA,
+ * a cluster of <= 8 and the grid within 1 CTA per SM; 1 with 4-warp CTAs once Hv * b exceeds
+ * 2 CTAs per SM), CTA sp owning state rows j in [sp * dv / split, (sp + 1) * dv / split). The CTAs of
+ * the value heads that share key head a (r = Hv / Hk) form one thread-block cluster of
+ * r * split, rank mi * split + sp. Conv step: every conv channel has exactly one reader in
+ * the grid, which shifts it right after reading it: each CTA computes an even share of
+ * q_a, k_a's channels and pushes the values into every CTA of the cluster (distributed shared
+ * memory), and the v channels of its own rows. Lane l of every warp then holds q_i, k_i for
+ * i = 4l..4l+3 (+128): exactly the canonical dk lane layout, so each warp forms the L2 sums in
+ * registers (every warp of every CTA the same bits). The state S_h^T is [head_v_dim rows
+ * j][head_k_dim] f32; a warp task is G rows (4, 8 or 16 / VEC), loaded with coalesced 16-byte
+ * loads (same layout; the warp's first task before the PDL wait, the rows past the first W
+ * tasks streamed into L2 by bulk prefetches, and with G * VEC <= 8 the warp's next task loaded
+ * while it computes the current one); per row
  *   s *= lambda;  r = sum_i s_i k_i;  delta = beta (v_j - r);  s += k delta;  o_j = sum_i s_i q_i
  * with each sum the lane partial (increasing i) followed by the xor butterfly. Rows are written
- * back in place. o_j goes to shared memory; the gated norm's sum of squares is formed by every
- * warp from there in the dv lane layout (lane l: j = l, l + 32, ...), and warp w quantizes the
- * q8_1 blocks w, w + W, ... of the head.
+ * back in place. o_j goes into the shared memory of every CTA of head h, so each forms the gated
+ * norm's sum of squares over all dv outputs in the dv lane layout (lane l: j = l, l + 32, ...;
+ * the same bits everywhere), and quantizes its own rows' q8_1 blocks. Cluster barrier phases:
+ * 0 (arrived at entry) every CTA runs before the first push; 1 q_a, k_a whole; 2 (split > 1)
+ * o_h whole, after which no CTA touches another's shared memory.
  * Generic kernel (every other shape): one CTA (8 warps) per row walks the value heads in order;
  * warp w updates state rows j = w, w + 8, ... with the same lane layout (lane l: i = 128 m + 4 l
  * + c, scalar loads) and butterflies; warps 0 / 1 L2-normalise q / k. It stages the row's
@@ -43,7 +49,9 @@ namespace {
 /* warps per fast CTA: 8 while the grid fits the GPU at 2 CTAs per SM (small b: more of a
  * head's state in flight at once), else 4 (4 CTAs per SM); no bit depends on it */
 constexpr int kFastWarpsSmall = 8, kFastWarpsLarge = 4;
-constexpr int kFastRows = 16; /* state rows per warp task: all their loads in flight at once */
+constexpr int kMaxSplit = 4;   /* CTAs per value head at small grids (>= 32 rows each at dv 128) */
+constexpr int kClusterMax = 8; /* portable cluster size */
+constexpr unsigned kPrefetchChunk = 4096; /* bytes per bulk L2 prefetch */
 constexpr int kGenericThreads = 256;
 constexpr int kGenericMaxCv = 40960; /* 160 KiB of staged output row */
 
@@ -51,7 +59,9 @@ struct gdn_geom {
     int ck;    /* Hk * dk */
     int cc;    /* conv channels 2 * Ck + Cv */
     int cv;    /* Hv * dv */
-    int r;     /* Hv / Hk: value heads per key head (cluster size of the fast kernel) */
+    int r;     /* Hv / Hk: value heads per key head */
+    int split; /* fast kernel: CTAs per value head, each owning head_v_dim / split state rows */
+    int cs;    /* fast kernel: cluster size r * split (every CTA that reads key head a's q, k) */
     float q_scale; /* memra_gdn_q_scale(dk) */
 };
 
@@ -105,128 +115,177 @@ __device__ __forceinline__ int key_head(const memra_gdn_step_args &a, const gdn_
 
 /* ----------------------------------- fast kernel ------------------------------------- */
 
-/* Lane l's share of rows [jb, jb + 16 / VEC) of S_h^T (one step of delta_rows). */
-template <int VEC>
-__device__ __forceinline__ void load_rows(const float *St, int jb, float4 (&s)[16 / VEC][VEC])
+/* Hints that pull global bytes into L2. Safe anywhere, before the PDL wait too: L2 is the
+ * point of coherence, so a later load can never see stale data through it. */
+__device__ __forceinline__ void prefetch_l2(const void *p)
+{
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(__cvta_generic_to_global(p)));
+}
+
+/* p 16-byte aligned, bytes a multiple of 16 (cp.async.bulk, sm_90) */
+__device__ __forceinline__ void prefetch_l2_bulk(const void *p, unsigned bytes)
+{
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;"
+                 ::"l"(__cvta_generic_to_global(p)), "r"(bytes)
+                 : "memory");
+}
+
+/* Lane l's share of rows [jb, jb + G) of S_h^T: one warp task, all its 16-byte loads in
+ * flight together (G * 512 * VEC bytes per warp). */
+template <int VEC, int G>
+__device__ __forceinline__ void load_rows(const float *St, int jb, float4 (&s)[G][VEC])
 {
     constexpr int DK = 128 * VEC;
     const int lane = threadIdx.x & 31;
 #pragma unroll
-    for (int rr = 0; rr < 16 / VEC; rr++)
+    for (int rr = 0; rr < G; rr++)
 #pragma unroll
         for (int v = 0; v < VEC; v++)
             s[rr][v] = *(const float4 *)(St + (size_t)(jb + rr) * DK + 4 * lane + 128 * v);
 }
 
-/* The delta rule on one warp's kFastRows rows [j0, j0 + 16) of S_h^T (DK = 128 * VEC), ROWS
- * rows per step (all their loads in flight together: 8 KiB per warp); returns o_{j0 + lane}
- * in lanes 0..15. Which warp runs which rows changes no bit: each row is its own sums.
+/* The delta rule on one warp task: rows [jb, jb + G) of S_h^T (DK = 128 * VEC), held in s
+ * (load_rows; consumed) and written back in place; returns o_{jb + lane} in lanes 0..G-1.
+ * Which warp / CTA runs which rows changes no bit: each row is its own sums.
  * Lane l's elements of a row: 4l..4l+3, then 128+4l.. (VEC = 2): increasing i, the canonical
- * lane layout. first: the rows of step 0, loaded by the caller (load_rows at j0). */
-template <int VEC>
-__device__ float delta_rows(float *St, int j0, const float (&k)[VEC][4], const float (&q)[VEC][4],
-                            const float *uv, float lambda, float beta,
-                            const float4 (&first)[16 / VEC][VEC])
+ * lane layout. */
+template <int VEC, int G>
+__device__ __forceinline__ float delta_rows(float *St, int jb, const float (&k)[VEC][4],
+                                            const float (&q)[VEC][4], const float *uv, float lambda,
+                                            float beta, float4 (&s)[G][VEC])
 {
-    constexpr int DK = 128 * VEC, ROWS = 16 / VEC;
+    constexpr int DK = 128 * VEC;
     const int lane = threadIdx.x & 31;
+    float r[G];
+#pragma unroll
+    for (int rr = 0; rr < G; rr++) {
+        float acc = 0.0f;
+#pragma unroll
+        for (int v = 0; v < VEC; v++) {
+            float *e = &s[rr][v].x;
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                e[c] = __fmul_rn(e[c], lambda);
+                acc = __fadd_rn(acc, __fmul_rn(e[c], k[v][c]));
+            }
+        }
+        r[rr] = acc;
+    }
+#pragma unroll
+    for (int rr = 0; rr < G; rr++)
+        r[rr] = bfly_f32(r[rr]);
+    float po[G];
+#pragma unroll
+    for (int rr = 0; rr < G; rr++) {
+        const float delta = __fmul_rn(beta, __fsub_rn(uv[jb + rr], r[rr]));
+        float acc = 0.0f;
+#pragma unroll
+        for (int v = 0; v < VEC; v++) {
+            float *e = &s[rr][v].x;
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                e[c] = __fadd_rn(e[c], __fmul_rn(k[v][c], delta));
+                acc = __fadd_rn(acc, __fmul_rn(e[c], q[v][c]));
+            }
+            *(float4 *)(St + (size_t)(jb + rr) * DK + 4 * lane + 128 * v) = s[rr][v];
+        }
+        po[rr] = acc;
+    }
     float my_o = 0.0f;
 #pragma unroll
-    for (int step = 0; step < kFastRows / ROWS; step++) {
-        const int jb = j0 + step * ROWS;
-        float4 s[ROWS][VEC];
-        if (step == 0) {
-#pragma unroll
-            for (int rr = 0; rr < ROWS; rr++)
-#pragma unroll
-                for (int v = 0; v < VEC; v++)
-                    s[rr][v] = first[rr][v];
-        } else {
-            load_rows<VEC>(St, jb, s);
-        }
-        float r[ROWS];
-#pragma unroll
-        for (int rr = 0; rr < ROWS; rr++) {
-            float acc = 0.0f;
-#pragma unroll
-            for (int v = 0; v < VEC; v++) {
-                float *e = &s[rr][v].x;
-#pragma unroll
-                for (int c = 0; c < 4; c++) {
-                    e[c] = __fmul_rn(e[c], lambda);
-                    acc = __fadd_rn(acc, __fmul_rn(e[c], k[v][c]));
-                }
-            }
-            r[rr] = acc;
-        }
-#pragma unroll
-        for (int rr = 0; rr < ROWS; rr++)
-            r[rr] = bfly_f32(r[rr]);
-        float po[ROWS];
-#pragma unroll
-        for (int rr = 0; rr < ROWS; rr++) {
-            const float delta = __fmul_rn(beta, __fsub_rn(uv[jb + rr], r[rr]));
-            float acc = 0.0f;
-#pragma unroll
-            for (int v = 0; v < VEC; v++) {
-                float *e = &s[rr][v].x;
-#pragma unroll
-                for (int c = 0; c < 4; c++) {
-                    e[c] = __fadd_rn(e[c], __fmul_rn(k[v][c], delta));
-                    acc = __fadd_rn(acc, __fmul_rn(e[c], q[v][c]));
-                }
-                *(float4 *)(St + (size_t)(jb + rr) * DK + 4 * lane + 128 * v) = s[rr][v];
-            }
-            po[rr] = acc;
-        }
-#pragma unroll
-        for (int rr = 0; rr < ROWS; rr++)
-            po[rr] = bfly_f32(po[rr]);
-#pragma unroll
-        for (int rr = 0; rr < ROWS; rr++)
-            if (lane == step * ROWS + rr)
-                my_o = po[rr];
+    for (int rr = 0; rr < G; rr++) {
+        const float o = bfly_f32(po[rr]);
+        if (lane == rr)
+            my_o = o;
     }
     return my_o;
 }
 
-template <int VEC, int W>
-__global__ void __launch_bounds__(W * 32) gdn_step_fast(memra_gdn_step_args a, gdn_geom g)
+/* Conv channel of item t of a fast CTA: its share [qk0, qk0 + nqk) of key head ka's q / k
+ * channels (index ci < DK: q, else k), then its own value rows' v channels. */
+__device__ __forceinline__ int fast_channel(const gdn_geom &g, int DK, int ka, int h, int dv,
+                                            int qk0, int nqk, int j_lo, int t)
 {
-    constexpr int DK = 128 * VEC;
-    __shared__ float uq[DK], uk[DK], uv[MEMRA_GDN_MAX_HEAD_DIM], so[MEMRA_GDN_MAX_HEAD_DIM];
-    const int ka = blockIdx.x / g.r, mi = blockIdx.x % g.r, b = blockIdx.y, dv = a.head_v_dim;
+    if (t >= nqk)
+        return 2 * g.ck + h * dv + j_lo + t - nqk;
+    const int ci = qk0 + t;
+    return ci < DK ? ka * DK + ci : g.ck + ka * DK + ci - DK;
+}
+
+/* One CTA per (value-head part, row b); see the file comment. VEC: dk / 128; W: warps; G:
+ * state rows per warp task. */
+template <int VEC, int W, int G>
+__global__ void __launch_bounds__(W * 32, W == kFastWarpsLarge ? 4 : 2)
+    gdn_step_fast(memra_gdn_step_args a, gdn_geom g)
+{
+    constexpr int DK = 128 * VEC, NT = W * 32;
+    /* double-buffer the warp's next task while the registers allow it (2 x 32 per lane) */
+    constexpr bool PIPE = G * VEC <= 8;
+    __shared__ float uqk[2 * DK], uv[MEMRA_GDN_MAX_HEAD_DIM], so[MEMRA_GDN_MAX_HEAD_DIM];
+    /* cluster rank cr = mi * split + sp: value head mi of key head ka, row part sp */
+    const int cr = g.cs > 1 ? (int)cg::this_cluster().block_rank() : 0;
+    const int ka = blockIdx.x / g.cs, mi = cr / g.split, sp = cr % g.split, b = blockIdx.y;
+    const int dv = a.head_v_dim, rows = dv / g.split, j_lo = sp * rows, ntask = rows / G;
     const int h = a.head_map == MEMRA_GDN_HEADS_TILED ? ka + mi * a.n_k_head : ka * g.r + mi;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    /* Small grids (W = 8): the warp's first state rows load before the wait. S is this op's
-     * own state, last written a tick ago (every kernel before the previous one has completed
-     * once this one runs: each releases its dependent only after its own wait), so its DRAM
-     * latency overlaps the previous kernel's tail and the conv step below. (W = 4 grids fill
-     * the GPU anyway, and holding the rows there spills.) */
-    constexpr bool PRE = W == kFastWarpsSmall;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    if (g.cs > 1) /* phase 0 of the cluster barrier: this CTA runs, its shared memory exists */
+        __cluster_barrier_arrive_relaxed();
+    /* The warp's first task loads before the wait. S is this op's own state, last written a
+     * tick ago (every kernel before the previous one has completed once this one runs: each
+     * releases its dependent only after its own wait), so its DRAM latency overlaps the
+     * previous kernel's tail and the conv step below. Tasks past the first W stream into L2. */
     float *St = (float *)(uintptr_t)a.ssm_state[b] + (size_t)h * (size_t)dv * DK;
-    float4 first[16 / VEC][VEC];
-    if (PRE && warp < dv / kFastRows)
-        load_rows<VEC>(St, kFastRows * warp, first);
-    pdl_wait_release();
-    /* conv + silu of q_a, k_a, v_h from the old state; v_h's channels are this CTA's only */
-    for (int ci = threadIdx.x; ci < 2 * DK + dv; ci += blockDim.x) {
-        if (ci < DK) {
-            uq[ci] = conv_silu(a, g, b, ka * DK + ci);
-        } else if (ci < 2 * DK) {
-            uk[ci - DK] = conv_silu(a, g, b, g.ck + ka * DK + ci - DK);
-        } else {
-            const int c = 2 * g.ck + h * dv + ci - 2 * DK;
-            uv[ci - 2 * DK] = conv_silu(a, g, b, c);
-            conv_shift(a, g, b, c);
-        }
+    float4 cur[G][VEC];
+    if (warp < ntask)
+        load_rows<VEC, G>(St, j_lo + G * warp, cur);
+    if (warp == W - 1 && ntask > W) {
+        const char *p0 = (const char *)(St + (size_t)(j_lo + G * W) * DK);
+        const unsigned n = (unsigned)(rows - G * W) * DK * (unsigned)sizeof(float);
+        for (unsigned off = (unsigned)lane * kPrefetchChunk; off < n; off += 32u * kPrefetchChunk)
+            prefetch_l2_bulk(p0 + off, n - off < kPrefetchChunk ? n - off : kPrefetchChunk);
     }
-    __syncthreads();
-    if (g.r > 1)
-        cg::this_cluster().sync(); /* every CTA of key head a has read q_a, k_a's old state */
-    if (mi == 0)
-        for (int ci = threadIdx.x; ci < 2 * DK; ci += blockDim.x)
-            conv_shift(a, g, b, ci < DK ? ka * DK + ci : g.ck + ka * DK + ci - DK);
+    /* conv items: an even share of q_a, k_a's channels over the cluster's CTAs, and v_h's
+     * channels of this CTA's rows; each channel has this one reader in the grid */
+    const int chunk = (2 * DK + g.cs - 1) / g.cs, qk0 = min(2 * DK, cr * chunk);
+    const int nqk = min(2 * DK, qk0 + chunk) - qk0, items = nqk + rows;
+    for (int t = tid; t < items; t += NT) {
+        const int c = fast_channel(g, DK, ka, h, dv, qk0, nqk, j_lo, t);
+        prefetch_l2(a.conv_w + (size_t)c * (size_t)a.conv_k);
+        prefetch_l2((const float *)(uintptr_t)a.conv_state[b] + (size_t)c * (size_t)(a.conv_k - 1));
+    }
+    const float ssm_a = a.ssm_a[h], dt_bias = a.dt_bias[h];
+    pdl_wait_release();
+    const size_t bh = (size_t)b * (size_t)a.n_v_head + (size_t)h;
+    const float beta_x = a.beta[bh], alpha_x = a.alpha[bh]; /* in flight during the conv step */
+    const float *z = a.z + (size_t)b * (size_t)g.cv + (size_t)h * (size_t)dv;
+    float z0 = 0.0f, w0 = 0.0f; /* the warp's first q8_1 block's gate inputs */
+    if (warp < rows / 32) {
+        z0 = z[j_lo + 32 * warp + lane];
+        w0 = a.norm_w[j_lo + 32 * warp + lane];
+    }
+    for (int t = tid; t < items; t += NT) {
+        const int c = fast_channel(g, DK, ka, h, dv, qk0, nqk, j_lo, t);
+        const float u = conv_silu(a, g, b, c);
+        conv_shift(a, g, b, c); /* its only reader has read it */
+        if (t < nqk)
+            uqk[qk0 + t] = u;
+        else
+            uv[j_lo + t - nqk] = u;
+    }
+    /* off the critical path: the other CTAs of the cluster may still be in their conv step */
+    const float beta = memra_gdn_beta(beta_x), lambda = memra_gdn_decay(ssm_a, alpha_x, dt_bias);
+    if (g.cs > 1) {
+        cg::cluster_group cl = cg::this_cluster();
+        __cluster_barrier_wait(); /* phase 0: every CTA of the cluster runs */
+        for (int t = tid; t < nqk; t += NT) /* this thread's own values: no CTA barrier needed */
+            for (int d = 0; d < g.cs; d++)
+                if (d != cr)
+                    *cl.map_shared_rank(&uqk[qk0 + t], d) = uqk[qk0 + t];
+        __cluster_barrier_arrive(); /* phase 1: release the pushes ... */
+        __cluster_barrier_wait();   /* ... acquire everyone's: uqk is whole in every CTA */
+    } else {
+        __syncthreads();
+    }
     /* q_a, k_a in the canonical lane layout; L2 sums per lane in increasing i, butterfly */
     float k[VEC][4], q[VEC][4];
     double sq = 0.0, sk = 0.0;
@@ -234,8 +293,8 @@ __global__ void __launch_bounds__(W * 32) gdn_step_fast(memra_gdn_step_args a, g
     for (int v = 0; v < VEC; v++)
 #pragma unroll
         for (int c = 0; c < 4; c++) {
-            k[v][c] = uk[4 * lane + 128 * v + c];
-            q[v][c] = uq[4 * lane + 128 * v + c];
+            q[v][c] = uqk[4 * lane + 128 * v + c];
+            k[v][c] = uqk[DK + 4 * lane + 128 * v + c];
             sq = add_sq(sq, q[v][c]);
             sk = add_sq(sk, k[v][c]);
         }
@@ -247,27 +306,46 @@ __global__ void __launch_bounds__(W * 32) gdn_step_fast(memra_gdn_step_args a, g
             q[v][c] = __fmul_rn(__fmul_rn(q[v][c], scq), g.q_scale);
             k[v][c] = __fmul_rn(k[v][c], sck);
         }
-    const size_t bh = (size_t)b * (size_t)a.n_v_head + (size_t)h;
-    const float beta = memra_gdn_beta(a.beta[bh]);
-    const float lambda = memra_gdn_decay(a.ssm_a[h], a.alpha[bh], a.dt_bias[h]);
-    for (int grp = warp; grp < dv / kFastRows; grp += W) {
-        if (!PRE || grp != warp)
-            load_rows<VEC>(St, kFastRows * grp, first);
-        const float o = delta_rows<VEC>(St, kFastRows * grp, k, q, uv, lambda, beta, first);
-        if (lane < kFastRows)
-            so[kFastRows * grp + lane] = o;
+    for (int grp = warp; grp < ntask; grp += W) {
+        const int jb = j_lo + G * grp;
+        const bool more = PIPE && grp + W < ntask;
+        float4 nxt[G][VEC];
+        if (more) /* the warp's next task, in flight during this one's arithmetic */
+            load_rows<VEC, G>(St, jb + G * W, nxt);
+        if (!PIPE && grp != warp)
+            load_rows<VEC, G>(St, jb, cur);
+        const float o = delta_rows<VEC, G>(St, jb, k, q, uv, lambda, beta, cur);
+        if (lane < G) {
+            if (g.split > 1) /* every CTA of head h gets the whole o_h */
+                for (int d = 0; d < g.split; d++)
+                    *cg::this_cluster().map_shared_rank(&so[jb + lane], mi * g.split + d) = o;
+            else
+                so[jb + lane] = o;
+        }
+        if (more)
+#pragma unroll
+            for (int rr = 0; rr < G; rr++)
+#pragma unroll
+                for (int v = 0; v < VEC; v++)
+                    cur[rr][v] = nxt[rr][v];
     }
-    __syncthreads();
-    /* gated norm: dv lane layout (lane l: j = l, l + 32, ...), every warp the same bits */
+    if (g.split > 1) { /* phase 2: o_h whole in every CTA of head h; no DSMEM access after it */
+        __cluster_barrier_arrive();
+        __cluster_barrier_wait();
+    } else {
+        __syncthreads();
+    }
+    /* gated norm: dv lane layout (lane l: j = l, l + 32, ...), every warp of every CTA of the
+     * head the same bits; the CTA quantizes its own rows' q8_1 blocks */
     double ss = 0.0;
     for (int j = lane; j < dv; j += 32)
         ss = add_sq(ss, so[j]);
     const float scale = memra_gdn_rms_scale(bfly_f64(ss), dv, a.eps);
-    const float *z = a.z + (size_t)b * (size_t)g.cv + (size_t)h * (size_t)dv;
-    for (int grp = warp; grp < dv / 32; grp += W) {
-        const int j = 32 * grp + lane;
-        const float y = memra_gdn_gate(so[j], scale, a.norm_w[j], z[j]);
-        const size_t blk = (size_t)b * (size_t)(g.cv / 32) + (size_t)(h * dv + 32 * grp) / 32;
+    for (int grp = warp; grp < rows / 32; grp += W) {
+        const int j = j_lo + 32 * grp + lane;
+        const float y = memra_gdn_gate(so[j], scale, grp == warp ? w0 : a.norm_w[j],
+                                       grp == warp ? z0 : z[j]);
+        const size_t blk = (size_t)b * (size_t)(g.cv / 32) + (size_t)(h * dv + j - lane) / 32;
         q8_1_quantize_warp(y, lane, (u8 *)a.y_q + blk * Q8_1_BYTES);
         if (a.o)
             a.o[(size_t)b * (size_t)g.cv + (size_t)(h * dv + j)] = y;
@@ -375,6 +453,30 @@ int sm_count()
     return cache[dev];
 }
 
+/* Rows per warp task of a small-grid CTA owning `rows` state rows: one task per warp where the
+ * rows allow it (G = rows / 8), at most 16 / VEC (64 state registers per lane). */
+int fast_small_rows(int rows, int vec)
+{
+    return rows <= 32 ? 4 : rows <= 64 ? 8 : 16 / vec;
+}
+
+template <int VEC>
+int launch_fast(const memra_gdn_step_args *a, const gdn_geom &g, bool large, cudaStream_t s)
+{
+    void (*k)(memra_gdn_step_args, gdn_geom);
+    if (large) {
+        k = gdn_step_fast<VEC, kFastWarpsLarge, 8 / VEC>;
+    } else {
+        const int G = fast_small_rows(a->head_v_dim / g.split, VEC);
+        k = G == 4 ? gdn_step_fast<VEC, kFastWarpsSmall, 4>
+          : G == 8 ? gdn_step_fast<VEC, kFastWarpsSmall, 8>
+                   : gdn_step_fast<VEC, kFastWarpsSmall, 16 / VEC>;
+    }
+    const dim3 grid(a->n_v_head * g.split, a->b);
+    const dim3 blk((large ? kFastWarpsLarge : kFastWarpsSmall) * 32);
+    return cuda_ops_result(cuda_ops_launch(k, grid, blk, 0, s, g.cs, *a, g));
+}
+
 } /* namespace */
 
 extern "C" int memra_gdn_step_cuda(const memra_gdn_step_args *a, cudaStream_t s)
@@ -390,20 +492,25 @@ extern "C" int memra_gdn_step_cuda(const memra_gdn_step_args *a, cudaStream_t s)
     g.cc = 2 * g.ck + g.cv;
     g.r = a->n_v_head / a->n_k_head;
     g.q_scale = memra_gdn_q_scale(a->head_k_dim);
+    g.split = 1;
+    g.cs = 1;
     if (a->b > 65535)
         return cuda_ops_invalid("gdn_step: b exceeds the grid limit 65535");
-    const bool fast = (a->head_k_dim == 128 || a->head_k_dim == 256) && a->head_v_dim % 32 == 0 && g.r <= 8;
+    const bool fast = (a->head_k_dim == 128 || a->head_k_dim == 256) &&
+                      a->head_v_dim % 32 == 0 && g.r <= kClusterMax;
     if (fast) {
-        const dim3 grid(a->n_v_head, a->b);
-        const bool small = (long)a->n_v_head * a->b <= 2L * sm_count();
-        const dim3 blk((small ? kFastWarpsSmall : kFastWarpsLarge) * 32);
-        if (a->head_k_dim == 128)
-            return cuda_ops_result(cuda_ops_launch(small ? gdn_step_fast<1, kFastWarpsSmall>
-                                                         : gdn_step_fast<1, kFastWarpsLarge>,
-                                                   grid, blk, 0, s, g.r, *a, g));
-        return cuda_ops_result(cuda_ops_launch(small ? gdn_step_fast<2, kFastWarpsSmall>
-                                                     : gdn_step_fast<2, kFastWarpsLarge>,
-                                               grid, blk, 0, s, g.r, *a, g));
+        /* small grids: split each head's rows over the most CTAs the cluster limit, whole
+         * q8_1 blocks per CTA and one CTA per SM allow (at 2 per SM, 9b b = 2 ran 256 CTAs in
+         * clusters of 8 and measured 2x its b = 1 time in the tick) */
+        const long sms = sm_count();
+        const bool large = (long)a->n_v_head * a->b > 2L * sms;
+        for (int sp = kMaxSplit; !large && sp > 1 && g.split == 1; sp /= 2)
+            if (g.r * sp <= kClusterMax && (a->head_v_dim / 32) % sp == 0 &&
+                (long)a->n_v_head * a->b * sp <= sms)
+                g.split = sp;
+        g.cs = g.r * g.split;
+        return a->head_k_dim == 128 ? launch_fast<1>(a, g, large, s)
+                                    : launch_fast<2>(a, g, large, s);
     }
     if (g.cv > kGenericMaxCv)
         return cuda_ops_invalid("gdn_step: this shape needs the generic kernel, whose output row "

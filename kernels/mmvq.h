@@ -118,14 +118,20 @@ static inline int memra_mmvq_step_blocks(int32_t qtype)
     }
 }
 
-/* Whether mmvq's B = 1 launches of this weight type can take the direct path (warps own whole
- * rows, copied flat through shared memory, nvrtc_templates/mmvq.cuh); a launch takes it
- * when every weight does, so the planner keeps such weights apart at tier 1. Must equal
- * nvrtc_templates/mmvq_params.h MEMRA_MMVQ_DIRECT (tests/test_nvrtc.c checks it). A speed
+/* Whether mmvq's launches of up to memra_mmvq_direct_max_b() rows of this weight type can
+ * take the direct path (warps own whole rows, copied flat through shared memory,
+ * nvrtc_templates/mmvq.cuh); a launch takes it when every weight does, so the planner keeps
+ * such weights apart at those tiers. Must equal nvrtc_templates/mmvq_params.h
+ * MEMRA_MMVQ_DIRECT and MEMRA_MMVQ_DIRECT_MAX_B (tests/test_nvrtc.c checks them). A speed
  * property only: both paths give the same bytes. */
 static inline int memra_mmvq_direct(int32_t qtype)
 {
     return qtype == 12 || qtype == 14; /* q4_K, q6_K */
+}
+
+static inline int memra_mmvq_direct_max_b(void)
+{
+    return 2;
 }
 
 /* One output in the canonical order above: the row wrow (n_in elements of qtype) against one

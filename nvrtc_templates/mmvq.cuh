@@ -28,8 +28,9 @@
  *   - the parts of a tile are combined as ((T_0 + T_1) + T_2) + ... through shared memory,
  *     so y is bit-identical (memcmp) to the CPU reference memra_mmvq_dot / memra_mmvq_ref.
  *   - epilogue: v = T (* scale[0]); y = v (mode 0) or y = y + v (mode 1).
- * B = 1 launches whose weights are all q4_K / q6_K take the direct path instead (see "the
- * direct path" below): warps own whole rows, no mma, the same arithmetic in the same order.
+ * Launches of B <= 2 rows whose weights are all q4_K / q6_K take the direct path instead (see
+ * "the direct path" below): warps own whole rows, no mma, the same arithmetic in the same
+ * order.
  * Must not: use float atomics, split K by anything but n_in, or let a row's arithmetic
  * depend on another row (mma columns are independent exact integer sums).
  * Invariants: weights 16-byte aligned; nothing outside [w, w + n_out * row_bytes) is read
@@ -915,16 +916,17 @@ MEMRA_DEV void parts_combine(float (&T)[NT][4], u8 *smem, int warp, int part, in
                 acc_add(T[i >> 2][i & 3], scr[((warp + q) * NT * 4 + i) * 32 + lane]);
 }
 
-/* ------------------------------ the direct path (B = 1) -------------------------------- */
+/* ------------------------------ the direct path (B <= 2) ------------------------------- */
 /*
- * For B = 1 the int8 mma wastes 7 of its 8 columns, and 16 rows per warp instruction (a
+ * For small B the int8 mma wastes most of its 8 columns, and 16 rows per warp instruction (a
  * tile's rows, each at its own part's block) is a poor DRAM pattern: a load-only probe of
  * that pattern reaches 59-68 % of the copy rate where a flat read of the same bytes reaches
  * 88-107 % (bench/pattern_probe.cu, bench/results/mmvq-notes.md). A direct warp instead owns
  * whole output rows (consecutive rows are consecutive bytes: one contiguous run per warp),
  * copies them flat into a shared-memory ring and computes each block with dp4a against the
- * q8_1 row the CUDA block staged once (stage_act). A kernel takes it when B = 1 and every
- * weight is of a direct type (mmvq_params.h MEMRA_MMVQ_DIRECT). Same per-block arithmetic,
+ * B q8_1 rows the CUDA block staged once (stage_act). A kernel takes it when B <= 2 and every
+ * weight is of a direct type (mmvq_params.h MEMRA_MMVQ_DIRECT; at B > 1 only when the rows
+ * fit shared memory, MEMRA_MMVQ_DIRECT_MAX_IN). Same per-block arithmetic,
  * each row's canonical parts folded in the same order (in the warp, by shuffles): the result
  * is bit-identical (direct_main).
  *
@@ -965,17 +967,19 @@ MEMRA_DEV i32 dp4a_ss(u32 a, u32 b, i32 c)
  * x 2 halves, the direct kernel's mapping) read 8 different 4-bank groups. */
 MEMRA_DEV int act_code_off(int q) { return 288 * (q >> 3) + 144 * ((q >> 2) & 1) + 32 * (q & 3); }
 
-/* The q8_1 row a[0 .. n_in / 32) into shared memory: codes at act + act_code_off(q), d (fp32)
- * at act + C + 4 q, the code sum (int32) at act + C + n_in / 8 + 4 q, C = MEMRA_MMVQ_ACT_CODES
- * (n_in). Every thread of the
+/* The B q8_1 rows a[c][0 .. n_in / 32) into shared memory, row c at act + c A (A =
+ * MEMRA_MMVQ_ACT_BYTES(n_in)): codes at + act_code_off(q), d (fp32) at + C + 4 q, the code
+ * sum (int32) at + C + n_in / 8 + 4 q, C = MEMRA_MMVQ_ACT_CODES(n_in). Every thread of the
  * CUDA block takes part; the caller synchronizes. */
-MEMRA_DEV void stage_act(u8 *act, const u8 *a, int n_in)
+template <int B> MEMRA_DEV void stage_act(u8 *act0, const u8 *a, int n_in)
 {
     const int nq = n_in / 32;
-    float *ad = (float *)(act + MEMRA_MMVQ_ACT_CODES(n_in));
-    i32 *as = (i32 *)(act + MEMRA_MMVQ_ACT_CODES(n_in) + n_in / 8);
-    for (int q = threadIdx.x; q < nq; q += 32 * MMVQ_WARPS) {
-        const u8 *src = a + (i64)q * Q8_1_BYTES;
+    for (int cq = threadIdx.x; cq < B * nq; cq += 32 * MMVQ_WARPS) {
+        const int c = cq / nq, q = cq - c * nq;
+        u8 *act = act0 + c * MEMRA_MMVQ_ACT_BYTES(n_in);
+        float *ad = (float *)(act + MEMRA_MMVQ_ACT_CODES(n_in));
+        i32 *as = (i32 *)(act + MEMRA_MMVQ_ACT_CODES(n_in) + n_in / 8);
+        const u8 *src = a + (i64)cq * Q8_1_BYTES;
         u32 w[9];
 #pragma unroll
         for (int k = 0; k < 9; k++)
@@ -1010,41 +1014,48 @@ MEMRA_DEV u32 word_of(const u32x4 &v, int i)
     return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }
 
-/* r of the block (quant.c dot_kq) for the lane's output; kq = q8_1 block of sub-block 4 h. */
-MEMRA_DEV float q4k_direct(const q4k_lane &b, const u8 *act, int n_in, int kq, int h)
+/* r of the block (quant.c dot_kq) against each of the B staged rows (r[c]: row c, at act +
+ * c MEMRA_MMVQ_ACT_BYTES(n_in)); kq = q8_1 block of sub-block 4 h. The weight's codes are
+ * masked once for all rows. */
+template <int B>
+MEMRA_DEV void q4k_direct(const q4k_lane &b, const u8 *act0, int n_in, int kq, int h, float (&r)[B])
 {
     const u32 x1 = b.hd.y, x2 = b.hd.z, x3 = b.hd.w;
     /* sc_k, m_k of sub-blocks 4 h .. 4 h + 3, one per byte (quant.c kq_unpack_scales) */
     const u32 sc4 = h ? (x3 & 0x0F0F0F0Fu) | ((x1 >> 2) & 0x30303030u) : x1 & 0x3F3F3F3Fu;
     const u32 m4 = h ? ((x3 >> 4) & 0x0F0F0F0Fu) | ((x2 >> 2) & 0x30303030u) : x2 & 0x3F3F3F3Fu;
-    const u32x4 dav = lds16(act + MEMRA_MMVQ_ACT_CODES(n_in) + 4 * kq);
-    const u32x4 sav = lds16(act + MEMRA_MMVQ_ACT_CODES(n_in) + n_in / 8 + 4 * kq);
-    float cA[4], cB[4];
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        const u8 *aq = act + act_code_off(kq + i);
-        const u32x4 a0 = lds16(aq), a1 = lds16(aq + 16);
-        i32 S = 0;
-#pragma unroll
-        for (int wd = 0; wd < 8; wd++) {
-            const u32 code = word_of(b.q[2 * (i >> 1) + (wd >> 2)], wd & 3);
-            const u32 av = word_of(wd < 4 ? a0 : a1, wd & 3);
-            S = (i & 1) ? dp4a_us(code & 0xF0F0F0F0u, av, S) : dp4a_ss(code & 0x0F0F0F0Fu, av, S);
-        }
-        if (i & 1)
-            S >>= 4; /* an exact multiple of 16 */
-        const i32 X = (i32)((sc4 >> (8 * i)) & 0xFF) * S;
-        const i32 Y = (i32)((m4 >> (8 * i)) & 0xFF) * (i32)word_of(sav, i);
-        const float da = __uint_as_float(word_of(dav, i));
-        cA[i] = __fmul_rn(da, i2f_22(X));
-        cB[i] = __fmul_rn(da, i2f_22(Y));
-    }
-    const float lA = __fadd_rn(__fadd_rn(cA[0], cA[1]), __fadd_rn(cA[2], cA[3]));
-    const float lB = __fadd_rn(__fadd_rn(cB[0], cB[1]), __fadd_rn(cB[2], cB[3]));
-    const float tA = __fadd_rn(lA, __shfl_xor_sync(0xFFFFFFFFu, lA, 1));
-    const float tB = __fadd_rn(lB, __shfl_xor_sync(0xFFFFFFFFu, lB, 1));
     const float d = f16_to_f32((u16)(b.hd.x & 0xFFFF)), dm = f16_to_f32((u16)(b.hd.x >> 16));
-    return __fsub_rn(__fmul_rn(d, tA), __fmul_rn(dm, tB));
+#pragma unroll
+    for (int c = 0; c < B; c++) {
+        const u8 *act = act0 + c * MEMRA_MMVQ_ACT_BYTES(n_in);
+        const u32x4 dav = lds16(act + MEMRA_MMVQ_ACT_CODES(n_in) + 4 * kq);
+        const u32x4 sav = lds16(act + MEMRA_MMVQ_ACT_CODES(n_in) + n_in / 8 + 4 * kq);
+        float cA[4], cB[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const u8 *aq = act + act_code_off(kq + i);
+            const u32x4 a0 = lds16(aq), a1 = lds16(aq + 16);
+            i32 S = 0;
+#pragma unroll
+            for (int wd = 0; wd < 8; wd++) {
+                const u32 code = word_of(b.q[2 * (i >> 1) + (wd >> 2)], wd & 3);
+                const u32 av = word_of(wd < 4 ? a0 : a1, wd & 3);
+                S = (i & 1) ? dp4a_us(code & 0xF0F0F0F0u, av, S) : dp4a_ss(code & 0x0F0F0F0Fu, av, S);
+            }
+            if (i & 1)
+                S >>= 4; /* an exact multiple of 16 */
+            const i32 X = (i32)((sc4 >> (8 * i)) & 0xFF) * S;
+            const i32 Y = (i32)((m4 >> (8 * i)) & 0xFF) * (i32)word_of(sav, i);
+            const float da = __uint_as_float(word_of(dav, i));
+            cA[i] = __fmul_rn(da, i2f_22(X));
+            cB[i] = __fmul_rn(da, i2f_22(Y));
+        }
+        const float lA = __fadd_rn(__fadd_rn(cA[0], cA[1]), __fadd_rn(cA[2], cA[3]));
+        const float lB = __fadd_rn(__fadd_rn(cB[0], cB[1]), __fadd_rn(cB[2], cB[3]));
+        const float tA = __fadd_rn(lA, __shfl_xor_sync(0xFFFFFFFFu, lA, 1));
+        const float tB = __fadd_rn(lB, __shfl_xor_sync(0xFFFFFFFFu, lB, 1));
+        r[c] = __fsub_rn(__fmul_rn(d, tA), __fmul_rn(dm, tB));
+    }
 }
 
 /* Which weight tile t of the launch belongs to (-1: none) and its tile index in it. */
@@ -1059,20 +1070,21 @@ MEMRA_DEV int tile_weight(const memra_mmvq_params &p, int &tile)
     return -1;
 }
 
-/* The CUDA block's prologue on the direct path: wait for the previous kernel, stage the
- * activations, synchronize. Every warp of the block calls it exactly once. */
-MEMRA_DEV void direct_prologue(const memra_mmvq_params &p, u8 *act)
+/* The CUDA block's prologue on the direct path: wait for the previous kernel, stage the B
+ * activation rows, synchronize. Every warp of the block calls it exactly once. */
+template <int B> MEMRA_DEV void direct_prologue(const memra_mmvq_params &p, u8 *act)
 {
     pdl_wait_release();
-    stage_act(act, (const u8 *)p.a, p.n_in);
+    stage_act<B>(act, (const u8 *)p.a, p.n_in);
     __syncthreads();
 }
 
-/* v = T (x scale); y = v or y + v (tile_store's epilogue for one output). */
-MEMRA_DEV void store_one(const memra_mmvq_out_params &o, int row, float T)
+/* v = T (x scale); y[c, row] = v or y[c, row] + v (tile_store's epilogue for one output). */
+MEMRA_DEV void store_one(const memra_mmvq_out_params &o, int c, int row, float T)
 {
     const float v = o.scale ? __fmul_rn(T, __ldg(o.scale)) : T;
-    o.y[row] = o.mode ? __fadd_rn(o.y[row], v) : v;
+    float *y = o.y + (i64)c * o.n_out + row;
+    *y = o.mode ? __fadd_rn(*y, v) : v;
 }
 
 /* N 32-bit words of shared memory from a 2-byte aligned address (two aligned words and a
@@ -1095,34 +1107,40 @@ template <int N> MEMRA_DEV void lds_run(const u8 *p, u32 (&w)[N])
  * ql[64 h + 32 (i & 1) + l] (low nibble for i < 2, high for i >= 2) and (qh[32 h + l] >> 2 i)
  * & 3; X_k = sc_2k . S_lo + sc_2k+1 . S_hi (int32, exact), A_k = d_a(k) x f(X_k); the lane's
  * half of tree8, one shuffle adds the halves; r = d x tree8(A). */
-MEMRA_DEV float q6k_direct(const u8 *blk, const u8 *act, int n_in, int kq, int h)
+template <int B>
+MEMRA_DEV void q6k_direct(const u8 *blk, const u8 *act0, int n_in, int kq, int h, float (&r)[B])
 {
     u32 ql[16], qh[8], sc[2], dw[1];
     lds_run<16>(blk + 64 * h, ql);
     lds_run<8>(blk + 128 + 32 * h, qh);
     lds_run<2>(blk + 192 + 8 * h, sc);
     lds_run<1>(blk + 208, dw);
-    const u32x4 dav = lds16(act + MEMRA_MMVQ_ACT_CODES(n_in) + 4 * kq);
-    float cA[4];
+    const float d = f16_to_f32((u16)(dw[0] & 0xFFFF));
 #pragma unroll
-    for (int i = 0; i < 4; i++) {
-        const u8 *aq = act + act_code_off(kq + i);
-        const u32x4 a0 = lds16(aq), a1 = lds16(aq + 16);
-        i32 S[2] = {0, 0};
+    for (int c = 0; c < B; c++) {
+        const u8 *act = act0 + c * MEMRA_MMVQ_ACT_BYTES(n_in);
+        const u32x4 dav = lds16(act + MEMRA_MMVQ_ACT_CODES(n_in) + 4 * kq);
+        float cA[4];
 #pragma unroll
-        for (int wd = 0; wd < 8; wd++) {
-            const u32 lo = (ql[8 * (i & 1) + wd] >> (i >= 2 ? 4 : 0)) & 0x0F0F0F0Fu;
-            const u32 hi = ((qh[wd] >> (2 * i)) & 0x03030303u) << 4;
-            const u32 av = word_of(wd < 4 ? a0 : a1, wd & 3);
-            S[wd >> 2] = dp4a_ss(sub32(lo | hi), av, S[wd >> 2]);
+        for (int i = 0; i < 4; i++) {
+            const u8 *aq = act + act_code_off(kq + i);
+            const u32x4 a0 = lds16(aq), a1 = lds16(aq + 16);
+            i32 S[2] = {0, 0};
+#pragma unroll
+            for (int wd = 0; wd < 8; wd++) {
+                const u32 lo = (ql[8 * (i & 1) + wd] >> (i >= 2 ? 4 : 0)) & 0x0F0F0F0Fu;
+                const u32 hi = ((qh[wd] >> (2 * i)) & 0x03030303u) << 4;
+                const u32 av = word_of(wd < 4 ? a0 : a1, wd & 3);
+                S[wd >> 2] = dp4a_ss(sub32(lo | hi), av, S[wd >> 2]);
+            }
+            const u32 sw = sc[i >> 1] >> (16 * (i & 1)); /* scales 2 i, 2 i + 1 of the half */
+            const i32 X = (i32)(i8)(u8)sw * S[0] + (i32)(i8)(u8)(sw >> 8) * S[1];
+            cA[i] = __fmul_rn(__uint_as_float(word_of(dav, i)), i2f(X));
         }
-        const u32 sw = sc[i >> 1] >> (16 * (i & 1)); /* scales 2 i, 2 i + 1 of the half */
-        const i32 X = (i32)(i8)(u8)sw * S[0] + (i32)(i8)(u8)(sw >> 8) * S[1];
-        cA[i] = __fmul_rn(__uint_as_float(word_of(dav, i)), i2f(X));
+        const float lA = __fadd_rn(__fadd_rn(cA[0], cA[1]), __fadd_rn(cA[2], cA[3]));
+        const float tA = __fadd_rn(lA, __shfl_xor_sync(0xFFFFFFFFu, lA, 1));
+        r[c] = __fmul_rn(d, tA);
     }
-    const float lA = __fadd_rn(__fadd_rn(cA[0], cA[1]), __fadd_rn(cA[2], cA[3]));
-    const float tA = __fadd_rn(lA, __shfl_xor_sync(0xFFFFFFFFu, lA, 1));
-    return __fmul_rn(f16_to_f32((u16)(dw[0] & 0xFFFF)), tA);
 }
 
 /* The ring slot of one 16-block stage (mmvq_params.h MEMRA_MMVQ_FLAT_SLOT). */
@@ -1150,7 +1168,7 @@ MEMRA_DEV int row_weight(const memra_mmvq_params &p, int &row)
 }
 
 /*
- * The direct kernel (B = 1; q4_K and q6_K weights, any mix). Warp i of the launch owns output
+ * The direct kernel (B <= 2 rows; q4_K and q6_K weights, any mix). Warp i of the launch owns output
  * rows [i R, (i + 1) R) (R = p.rpw) and streams their blocks, row after row, 16 blocks (one
  * "round" of a row) per stage, through a ring of MEMRA_MMVQ_FLAT_STAGES slots in shared
  * memory: lane l copies the stage's 16-byte units l, l + 32, ... (flat cp.async: a warp
@@ -1165,9 +1183,10 @@ MEMRA_DEV int row_weight(const memra_mmvq_params &p, int &row)
  * the warp: lanes of block b < P keep part b's T_p, adding r_j for j = b, b + P, ... < 16 of
  * each round in increasing j (shuffles), so T_p = 0 + r_p + r_(p+P) + ... over the row; at
  * the row's end y = ((T_0 + T_1) + T_2) + .... Same per-block arithmetic, same order:
- * bit-identical to the staged path and the CPU.
+ * bit-identical to the staged path and the CPU. With B > 1 rows each lane dots its half-block
+ * against every staged row and keeps B such T; one pass over the weights serves them all.
  */
-template <int QT0, int QT1, int QT2, int QT3>
+template <int B, int QT0, int QT1, int QT2, int QT3>
 MEMRA_DEV void direct_main(const memra_mmvq_params &p, u8 *smem)
 {
     constexpr int NST = MEMRA_MMVQ_FLAT_STAGES, SB = dslot(QT0, QT1, QT2, QT3);
@@ -1181,7 +1200,7 @@ MEMRA_DEV void direct_main(const memra_mmvq_params &p, u8 *smem)
     const int nr = r0 >= n_rows ? 0 : n_rows - r0 < R ? n_rows - r0 : R;
     const int nst = nr * rounds; /* stages of this warp: (row, round) in order */
     u8 *act = smem;
-    u8 *ring = smem + MEMRA_MMVQ_ACT_BYTES(p.n_in) + warp * NST * SB;
+    u8 *ring = smem + B * MEMRA_MMVQ_ACT_BYTES(p.n_in) + warp * NST * SB;
 
     /* stage k: round k % rounds of row r0 + k / rounds (an empty group past the end), from the
      * 16-byte unit holding its first byte; a unit past the weight's end copies only its bytes */
@@ -1212,9 +1231,12 @@ MEMRA_DEV void direct_main(const memra_mmvq_params &p, u8 *smem)
 #pragma unroll
     for (int k = 0; k < NST; k++)
         stage(k);
-    direct_prologue(p, act);
+    direct_prologue<B>(p, act);
     const int pb = b & (P - 1); /* the part whose T this lane keeps (lanes of blocks b < P) */
-    float T = 0.0f;
+    float T[B];
+#pragma unroll
+    for (int c = 0; c < B; c++)
+        T[c] = 0.0f;
 #pragma unroll 1
     for (int k = 0; k < nst; k++) {
         cp_async_wait<NST - 1>();
@@ -1225,30 +1247,37 @@ MEMRA_DEV void direct_main(const memra_mmvq_params &p, u8 *smem)
         const int qt = direct_qt<QT0, QT1, QT2, QT3>(wi);
         const int kq = 8 * (j < nblk ? j : 0) + 4 * h;
         const u8 *slot = ring + (k % NST) * SB;
-        float rj;
+        float rj[B];
         if (qt == 14) { /* warp-uniform: one row per stage */
             const u8 *first = (const u8 *)p.out[wi].w + (u64)row * p.out[wi].row_bytes;
-            rj = q6k_direct(slot + ((u64)first & 15) + 210 * b, act, p.n_in, kq, h);
+            q6k_direct<B>(slot + ((u64)first & 15) + 210 * b, act, p.n_in, kq, h, rj);
         } else {
             q4k_lane w;
             q4k_lds(w, slot + 144 * b, h); /* past the row's end: unused bits */
-            rj = q4k_direct(w, act, p.n_in, kq, h);
+            q4k_direct<B>(w, act, p.n_in, kq, h, rj);
         }
         __syncwarp();
         stage(k + NST);
         /* T_pb += r_j for the round's blocks of part pb, in increasing j */
         for (int q = 0; q < 16; q += P) {
-            const float v = __shfl_sync(0xFFFFFFFFu, rj, 2 * (pb + q));
-            if (16 * m + pb + q < nblk)
-                T = __fadd_rn(T, v);
+            const bool live = 16 * m + pb + q < nblk;
+#pragma unroll
+            for (int c = 0; c < B; c++) {
+                const float v = __shfl_sync(0xFFFFFFFFu, rj[c], 2 * (pb + q));
+                if (live)
+                    T[c] = __fadd_rn(T[c], v);
+            }
         }
         if (m == rounds - 1) { /* the row is done: fold its parts, store */
-            float y = __shfl_sync(0xFFFFFFFFu, T, 0);
-            for (int q = 1; q < P; q++)
-                y = __fadd_rn(y, __shfl_sync(0xFFFFFFFFu, T, 2 * q));
-            if (lane == 0)
-                store_one(p.out[wi], row, y);
-            T = 0.0f;
+#pragma unroll
+            for (int c = 0; c < B; c++) {
+                float y = __shfl_sync(0xFFFFFFFFu, T[c], 0);
+                for (int q = 1; q < P; q++)
+                    y = __fadd_rn(y, __shfl_sync(0xFFFFFFFFu, T[c], 2 * q));
+                if (lane == 0)
+                    store_one(p.out[wi], c, row, y);
+                T[c] = 0.0f;
+            }
         }
     }
 }
@@ -1288,12 +1317,20 @@ MEMRA_DEV void mmvq_staged(const memra_mmvq_params &p)
 template <int B, int QT0, int QT1, int QT2, int QT3>
 MEMRA_DEV void mmvq_main(const memra_mmvq_params &p)
 {
-    /* B = 1 and every weight of a direct type: the direct path only (mmvq_params.h) */
-    constexpr bool DIRECT = B == 1 && direct_of<QT0>::v && (QT1 < 0 || direct_of<QT1>::v) &&
-                            (QT2 < 0 || direct_of<QT2>::v) && (QT3 < 0 || direct_of<QT3>::v);
-    if constexpr (DIRECT) {
+    /* every weight of a direct type, B <= 2 (mmvq_params.h): B = 1 has the direct path only;
+     * B = 2 takes it when the host set rows per warp (the staged rows fit shared memory) */
+    constexpr bool DIRECT = B <= MEMRA_MMVQ_DIRECT_MAX_B && direct_of<QT0>::v &&
+                            (QT1 < 0 || direct_of<QT1>::v) && (QT2 < 0 || direct_of<QT2>::v) &&
+                            (QT3 < 0 || direct_of<QT3>::v);
+    if constexpr (DIRECT && B == 1) {
         extern __shared__ __align__(16) u8 smem[];
-        direct_main<QT0, QT1, QT2, QT3>(p, smem);
+        direct_main<B, QT0, QT1, QT2, QT3>(p, smem);
+    } else if constexpr (DIRECT) {
+        extern __shared__ __align__(16) u8 smem[];
+        if (p.rpw > 0)
+            direct_main<B, QT0, QT1, QT2, QT3>(p, smem);
+        else
+            mmvq_staged<B, QT0, QT1, QT2, QT3>(p);
     } else {
         mmvq_staged<B, QT0, QT1, QT2, QT3>(p);
     }

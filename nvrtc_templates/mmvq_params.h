@@ -92,12 +92,18 @@ typedef struct memra_mmvq_params {
  * q8_1 rows every CUDA block re-reads). */
 #define MEMRA_MMVQ_MIN_BLOCKS(b, n_w) ((b) > 8 ? 2 : (n_w) > 1 && (b) >= 3 && (b) <= 4 ? 2 : 3)
 
-/* The direct path: a B = 1 launch whose weights are all of a direct type (q4_K: a 16-byte
- * header and 128 bytes of codes; q6_K: 210-byte blocks, read 2-byte aligned). Each warp owns whole output rows (params.rpw of them: consecutive rows, i.e. one contiguous
- * run of weight bytes) and streams them through a ring in shared memory with flat 16-byte
- * cp.async, 16 blocks (2304 bytes of q4_K, 3360 of q6_K) per stage; no mma (nvrtc_templates/mmvq.cuh,
- * "the direct path"). */
+/* The direct path: a launch of B <= MEMRA_MMVQ_DIRECT_MAX_B rows whose weights are all of a
+ * direct type (q4_K: a 16-byte header and 128 bytes of codes; q6_K: 210-byte blocks, read
+ * 2-byte aligned). Each warp owns whole output rows (params.rpw of them: consecutive rows,
+ * i.e. one contiguous run of weight bytes) and streams them through a ring in shared memory
+ * with flat 16-byte cp.async, 16 blocks (2304 bytes of q4_K, 3360 of q6_K) per stage, each
+ * block dotted against the B staged q8_1 rows; no mma (nvrtc_templates/mmvq.cuh, "the direct
+ * path"). B = 1 specializations hold the direct path only; B = 2 ones also the staged path,
+ * taken (params.rpw = 0) when the B staged rows would not fit shared memory (n_in >
+ * MEMRA_MMVQ_DIRECT_MAX_IN(b)). B = 4 measured slower than staging (2 x the dot work per
+ * byte: issue-bound; bench/results/mmvq-notes.md run 12), so the path stops at 2. */
 #define MEMRA_MMVQ_DIRECT(qt) ((qt) == 12 || (qt) == 14)
+#define MEMRA_MMVQ_DIRECT_MAX_B 2
 #define MEMRA_MMVQ_FLAT_STAGES 3 /* stages in flight per warp */
 /* A ring slot (one 16-block stage): 16 q4_K blocks, or with q6_K in the launch 16 of its
  * 210-byte blocks + 16 bytes for a start that is not 16-byte aligned (rows of n_in % 2048 !=
@@ -105,17 +111,18 @@ typedef struct memra_mmvq_params {
 #define MEMRA_MMVQ_FLAT_SLOT(has_q6k) ((has_q6k) ? 16 * 210 + 32 : 16 * 144)
 #define MEMRA_MMVQ_FLAT_RING(has_q6k)                                                             \
     (MEMRA_MMVQ_WARPS * MEMRA_MMVQ_FLAT_STAGES * MEMRA_MMVQ_FLAT_SLOT(has_q6k))
-/* the q8_1 row as codes (each 128-byte half of a 256-element block padded to 144 bytes:
+/* one q8_1 row as codes (each 128-byte half of a 256-element block padded to 144 bytes:
  * shared-memory banks), d as fp32 [n_in / 32], the code sums [n_in / 32] (int32), staged once
- * per CUDA block */
+ * per CUDA block; B rows one after the other (a multiple of 64 bytes each) */
 #define MEMRA_MMVQ_ACT_CODES(n_in) ((n_in) / 256 * 288)
 #define MEMRA_MMVQ_ACT_BYTES(n_in) (MEMRA_MMVQ_ACT_CODES(n_in) + (n_in) / 32 * 8)
-/* Shared memory of a direct launch: the q8_1 row and the warps' rings (q4_K: 55 KB, 3 CUDA
- * blocks per SM up to n_in = 12288; with q6_K 81 KB, 2). */
-#define MEMRA_MMVQ_DIRECT_SMEM(n_in, has_q6k)                                                     \
-    (MEMRA_MMVQ_ACT_BYTES(n_in) + MEMRA_MMVQ_FLAT_RING(has_q6k))
-/* The largest n_in it takes (171 KB with q6_K). */
-#define MEMRA_MMVQ_DIRECT_MAX_IN 65536
+/* Shared memory of a direct launch of b rows: the q8_1 rows and the warps' rings (b = 1,
+ * q4_K: 55 KB, 3 CUDA blocks per SM up to n_in = 12288; with q6_K 81 KB, 2). */
+#define MEMRA_MMVQ_DIRECT_SMEM(n_in, has_q6k, b)                                                  \
+    ((b) * MEMRA_MMVQ_ACT_BYTES(n_in) + MEMRA_MMVQ_FLAT_RING(has_q6k))
+/* The largest n_in it takes at b rows (90 KB of staged rows in all + 81 KB of q6_K rings =
+ * 171 KB); larger rows take the staged path (b > 1) or are refused (b = 1). */
+#define MEMRA_MMVQ_DIRECT_MAX_IN(b) (65536 / (b))
 
 /* Dynamic shared memory of one CUDA block for a weight type's slot size; the 16 extra bytes
  * let a byte-aligned word read at the very end of the last slot touch its neighbour word. */

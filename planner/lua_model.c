@@ -330,6 +330,8 @@ static void push_host(lua_State *L)
     lua_setfield(L, -2, "align");
     lua_pushinteger(L, MEMRA_ATTN_MAX_SPLIT); /* part of attention's order (attn_decode.h) */
     lua_setfield(L, -2, "attn_max_split");
+    lua_pushinteger(L, memra_mmvq_direct_max_b()); /* tiers mmvq's direct path serves */
+    lua_setfield(L, -2, "mmvq_direct_max_b");
 }
 
 /* Runs under lua_pcall: an allocation failure while building the tables is an error code,

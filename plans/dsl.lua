@@ -324,14 +324,14 @@ end
 
 -- Projections of the same q8_1 input a [b, k]: outs = {{w = weight, out = buf, add = bool}},
 -- packed 4 per launch in the given order. `add` accumulates into out (residual).
--- At tier 1 a launch whose weights are all of direct types (qtypes[..].mmvq_direct: q4_K, q6_K)
--- streams whole rows per warp, flat, through shared memory (kernels/mmvq.h
--- memra_mmvq_direct), 1.3-1.8x faster than staging on the 9b shapes (bench/results/
--- mmvq-notes.md runs 6-9); one other weight would stage them all, so a group that mixes
--- direct and other types becomes two launches, the direct weights first (each in given
--- order).
+-- At tiers up to host.mmvq_direct_max_b (2) a launch whose weights are all of direct types
+-- (qtypes[..].mmvq_direct: q4_K, q6_K) streams whole rows per warp, flat, through shared
+-- memory (kernels/mmvq.h memra_mmvq_direct), 1.3-1.8x faster than staging on the 9b shapes
+-- at tier 1 (bench/results/mmvq-notes.md runs 6-9); one other weight would stage them all,
+-- so a group that mixes direct and other types becomes two launches, the direct weights
+-- first (each in given order).
 function Plan:mmvq(a, k, outs)
-    if self.b == 1 then
+    if self.b <= host.mmvq_direct_max_b then
         local direct, staged = {}, {}
         for _, o in ipairs(outs) do
             local q = qtypes[o.w.t.type]

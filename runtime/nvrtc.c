@@ -252,11 +252,11 @@ static int mmvq_spec_q6k(const memra_kernel_spec *spec)
     return 0;
 }
 
-/* Whether a specialization is direct (mmvq_params.h MEMRA_MMVQ_DIRECT): B = 1 and every
- * weight of a direct type. */
+/* Whether a specialization has the direct path (mmvq_params.h MEMRA_MMVQ_DIRECT): B <= 2
+ * and every weight of a direct type (B = 1: only that path; B = 2: also the staged one). */
 static int mmvq_spec_direct(const memra_kernel_spec *spec)
 {
-    if (spec->tpl != MEMRA_TPL_MMVQ || spec->b != 1)
+    if (spec->tpl != MEMRA_TPL_MMVQ || spec->b > MEMRA_MMVQ_DIRECT_MAX_B)
         return 0;
     for (int i = 0; i < spec->n_qt; i++)
         if (!MEMRA_MMVQ_DIRECT(spec->qt[i]))
@@ -264,20 +264,29 @@ static int mmvq_spec_direct(const memra_kernel_spec *spec)
     return 1;
 }
 
-size_t memra_kernel_spec_smem(const memra_kernel_spec *spec)
+/* Shared memory of the staged path for a specialization's weight types. */
+static size_t mmvq_spec_staged_smem(const memra_kernel_spec *spec)
 {
-    if (spec->tpl != MEMRA_TPL_MMVQ)
-        return 0;
     int slot = 0;
     for (int i = 0; i < spec->n_qt; i++) {
         mmvq_geom g;
         if (mmvq_geom_of(spec->qt[i], &g) && MEMRA_MMVQ_SLOT(g.bytes, g.step) > slot)
             slot = MEMRA_MMVQ_SLOT(g.bytes, g.step);
     }
-    /* direct: the most any launch may ask for (each passes its own size) */
-    if (mmvq_spec_direct(spec))
-        return (size_t)MEMRA_MMVQ_DIRECT_SMEM(MEMRA_MMVQ_DIRECT_MAX_IN, mmvq_spec_q6k(spec));
     return (size_t)MEMRA_MMVQ_SMEM(slot);
+}
+
+size_t memra_kernel_spec_smem(const memra_kernel_spec *spec)
+{
+    if (spec->tpl != MEMRA_TPL_MMVQ)
+        return 0;
+    if (!mmvq_spec_direct(spec))
+        return mmvq_spec_staged_smem(spec);
+    /* direct: the most any launch may ask for (each passes its own size) */
+    const size_t d = (size_t)MEMRA_MMVQ_DIRECT_SMEM(MEMRA_MMVQ_DIRECT_MAX_IN(spec->b),
+                                                    mmvq_spec_q6k(spec), spec->b);
+    const size_t st = spec->b > 1 ? mmvq_spec_staged_smem(spec) : 0;
+    return d > st ? d : st;
 }
 
 /* ============================== 2. sources and options ==================================== */
@@ -741,7 +750,7 @@ static void mmvq_set_rpw(memra_mmvq_launch *L, long rows, int rpw)
 {
     const long warps = (rows + rpw - 1) / rpw;
     L->params.rpw = rpw;
-    L->smem = (unsigned)MEMRA_MMVQ_DIRECT_SMEM(L->params.n_in, L->q6k);
+    L->smem = (unsigned)MEMRA_MMVQ_DIRECT_SMEM(L->params.n_in, L->q6k, L->b);
     L->grid = (unsigned)((warps + MEMRA_MMVQ_WARPS - 1) / MEMRA_MMVQ_WARPS);
 }
 
@@ -805,18 +814,20 @@ int memra_mmvq_prepare(const memra_mmvq_args *args, int sm, int n_sm, int ksplit
     out->params.n_w = args->n_w;
     out->params.ksplit = ks;
     out->threads = (unsigned)memra_kernel_spec_threads(&spec);
-    out->smem = (unsigned)memra_kernel_spec_smem(&spec);
-    if (mmvq_spec_direct(&spec)) {
-        if (args->n_in > MEMRA_MMVQ_DIRECT_MAX_IN)
-            return MEMRA_FAIL(err, MEMRA_ERR_UNSUPPORTED,
-                              "mmvq: n_in %d above %d, the largest the B = 1 path of %s stages",
-                              args->n_in, MEMRA_MMVQ_DIRECT_MAX_IN, out->key);
+    out->smem = (unsigned)mmvq_spec_staged_smem(&spec);
+    out->b = args->b;
+    const int max_in = MEMRA_MMVQ_DIRECT_MAX_IN(args->b);
+    if (mmvq_spec_direct(&spec) && args->b == 1 && args->n_in > max_in)
+        return MEMRA_FAIL(err, MEMRA_ERR_UNSUPPORTED,
+                          "mmvq: n_in %d above %d, the largest the B = 1 path of %s stages",
+                          args->n_in, max_in, out->key);
+    if (mmvq_spec_direct(&spec) && args->n_in <= max_in) {
         /* rows per warp: the fewest that run the launch in one wave of the CUDA blocks an SM
-         * holds (shared memory bound: 3 for q4_K up to n_in = 12288), i.e. the longest
+         * holds (shared memory bound: 3 for q4_K up to n_in = 12288 at B = 1), i.e. the longest
          * contiguous stream per warp with no second wave; a speed choice only */
         out->q6k = mmvq_spec_q6k(&spec);
         /* + 1 KB the driver reserves per CUDA block, of an SM's 228 KB */
-        const long smem = MEMRA_MMVQ_DIRECT_SMEM(args->n_in, out->q6k) + 1024;
+        const long smem = MEMRA_MMVQ_DIRECT_SMEM(args->n_in, out->q6k, args->b) + 1024;
         long per_sm = (long)(228 * 1024) / smem;
         per_sm = per_sm < 1 ? 1 : per_sm > 8 ? 8 : per_sm;
         const long cap = per_sm * MEMRA_MMVQ_WARPS * (n_sm > 0 ? n_sm : 132);

@@ -110,6 +110,7 @@ typedef struct memra_mmvq_launch {
     char key[MEMRA_KERNEL_KEY_MAX]; /* canonical specialization key */
     unsigned grid, threads;         /* 1-D grid of CUDA blocks of `threads` threads */
     unsigned smem;                  /* dynamic shared memory bytes */
+    int b;                          /* rows (the tier) */
     int q6k;                        /* a q6_K weight in a direct launch (its ring slot size) */
     memra_mmvq_params params;       /* the kernel's only parameter */
 } memra_mmvq_launch;
@@ -118,11 +119,14 @@ typedef struct memra_mmvq_launch {
  * ksplit = 0 picks memra_mmvq_parts(n_in) (kernels/mmvq.h: the canonical order, a function
  * of n_in only, so every output equals memra_mmvq_dot's; what the backend uses); 1, 2,
  * 4 or 8 forces another order (tests of the combine path only: not CPU-exact). n_sm: the
- * device's SM count (0: 132), which sizes the B = 1 direct path's warps per tile. Weights must be
+ * device's SM count (0: 132), which sizes the direct path's rows per warp (B <= 2, every weight
+ * q4_K / q6_K, mmvq_params.h MEMRA_MMVQ_DIRECT; params.rpw > 0 when a launch takes it: at
+ * B > 1 only up to MEMRA_MMVQ_DIRECT_MAX_IN(B), larger rows stage; B = 1 refuses larger
+ * rows with MEMRA_ERR_UNSUPPORTED). Weights must be
  * 16-byte aligned and every row_bytes must equal the qtype's bytes for n_in elements. */
 int memra_mmvq_prepare(const memra_mmvq_args *args, int sm, int n_sm, int ksplit,
                        memra_mmvq_launch *out, memra_err *err);
-/* Tests and measurements of the B = 1 direct path: replaces a prepared direct launch's rows
+/* Tests and measurements of the direct path: replaces a prepared direct launch's rows
  * per warp (params.rpw, >= 1) and its grid. Not a numerical choice. */
 int memra_mmvq_force_rpw(memra_mmvq_launch *L, int rpw, memra_err *err);
 

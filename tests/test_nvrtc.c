@@ -46,6 +46,12 @@ START_TEST(test_key_canonical)
     ck_assert_str_eq(buf, "mmvq:qt=q4_K+q4_K+q6_K:b=16:sm=90");
     /* the smem of a merged launch is that of its largest slot (Q6_K: 240-byte slots) */
     ck_assert_uint_eq(memra_kernel_spec_smem(&s), MEMRA_MMVQ_SMEM(240));
+    /* B = 2 direct-type specializations hold both paths: the larger of the two */
+    ck_assert_int_eq(memra_kernel_spec_parse("mmvq:qt=q4_K+q6_K:b=2:sm=90", 0, &s, &e), MEMRA_OK);
+    ck_assert_uint_eq(memra_kernel_spec_smem(&s), MEMRA_MMVQ_DIRECT_SMEM(32768, 1, 2));
+    ck_assert_uint_le(memra_kernel_spec_smem(&s), 227 * 1024);
+    ck_assert_int_eq(memra_kernel_spec_parse("mmvq:qt=q4_K:b=3:sm=90", 0, &s, &e), MEMRA_OK);
+    ck_assert_uint_eq(memra_kernel_spec_smem(&s), MEMRA_MMVQ_SMEM(144));
 
     ck_assert_int_eq(memra_kernel_spec_parse("quantize_q8_1:sm=90", 90, &s, &e), MEMRA_OK);
     ck_assert_int_eq(memra_kernel_spec_key(&s, buf, sizeof buf, &e), MEMRA_OK);
@@ -157,6 +163,7 @@ START_TEST(test_geometry_matches_quant)
         ck_assert_int_eq(memra_mmvq_step_blocks(qt), step);
         /* the planner's view of the direct path is the template's */
         ck_assert_int_eq(memra_mmvq_direct(qt), MEMRA_MMVQ_DIRECT(qt));
+        ck_assert_int_eq(memra_mmvq_direct_max_b(), MEMRA_MMVQ_DIRECT_MAX_B);
         memra_mmvq_args a = mmvq_args(qt, 256, 1, 1);
         ck_assert_uint_eq(a.out[0].row_bytes,
                           memra_quant_row_bytes((memra_qtype)qt, 256));
@@ -220,27 +227,43 @@ START_TEST(test_mmvq_prepare)
     ck_assert_int_eq(memra_mmvq_force_rpw(&l, 0, &e), MEMRA_ERR_INVALID_ARG);
     memra_err_clear(&e);
     /* the largest n_in: one CUDA block per SM */
-    few = mmvq_args(MEMRA_QT_Q4_K, MEMRA_MMVQ_DIRECT_MAX_IN, 16, 1);
+    few = mmvq_args(MEMRA_QT_Q4_K, MEMRA_MMVQ_DIRECT_MAX_IN(1), 16, 1);
     ck_assert_int_eq(memra_mmvq_prepare(&few, 90, 132, 0, &l, &e), MEMRA_OK);
     ck_assert_int_eq(l.params.rpw, 1);
     ck_assert_uint_le(l.smem, 227 * 1024);
     few = mmvq_args(MEMRA_QT_Q4_K, 256, 16, 1);
     ck_assert_int_eq(memra_mmvq_prepare(&few, 90, 132, 0, &l, &e), MEMRA_OK);
-    ck_assert_uint_eq(l.smem, MEMRA_MMVQ_DIRECT_SMEM(256, 0));
+    ck_assert_uint_eq(l.smem, MEMRA_MMVQ_DIRECT_SMEM(256, 0, 1));
     /* q6_K is direct too, with the larger slot (210-byte blocks, unaligned row starts) */
     few = mmvq_args(MEMRA_QT_Q6_K, 1024, 4096, 1);
     ck_assert_int_eq(memra_mmvq_prepare(&few, 90, 132, 0, &l, &e), MEMRA_OK);
     ck_assert_int_eq(l.q6k, 1);
-    ck_assert_uint_eq(l.smem, MEMRA_MMVQ_DIRECT_SMEM(1024, 1));
+    ck_assert_uint_eq(l.smem, MEMRA_MMVQ_DIRECT_SMEM(1024, 1, 1));
     ck_assert_int_eq(memra_mmvq_force_rpw(&l, 3, &e), MEMRA_OK);
-    few = mmvq_args(MEMRA_QT_Q4_K, 256, 16, 1);
-    few.b = 2; /* B = 2 stages */
+    /* B = 2 is direct too, with 2 staged q8_1 rows: 2 rows of 12288 and the q4_K rings are
+     * 88 KB, two CUDA blocks per SM, so 4 096 rows take 2 per warp */
+    few = mmvq_args(MEMRA_QT_Q4_K, 12288, 4096, 2);
     ck_assert_int_eq(memra_mmvq_prepare(&few, 90, 132, 0, &l, &e), MEMRA_OK);
+    ck_assert_uint_eq(l.smem, 2 * (12288 / 256 * 288 + 12288 / 32 * 8) + MEMRA_MMVQ_FLAT_RING(0));
+    ck_assert_int_eq(l.params.rpw, 2);
+    ck_assert_uint_eq(l.grid, 256);
+    /* ... up to MEMRA_MMVQ_DIRECT_MAX_IN(b); a longer row stages (rpw 0), and B = 3 always */
+    few = mmvq_args(MEMRA_QT_Q4_K, MEMRA_MMVQ_DIRECT_MAX_IN(2), 16, 2);
+    ck_assert_int_eq(memra_mmvq_prepare(&few, 90, 132, 0, &l, &e), MEMRA_OK);
+    ck_assert_int_eq(l.params.rpw, 1);
+    ck_assert_uint_le(l.smem, 227 * 1024);
+    few = mmvq_args(MEMRA_QT_Q4_K, MEMRA_MMVQ_DIRECT_MAX_IN(2) + 256, 16, 2);
+    ck_assert_int_eq(memra_mmvq_prepare(&few, 90, 132, 0, &l, &e), MEMRA_OK);
+    ck_assert_int_eq(l.params.rpw, 0);
     ck_assert_uint_eq(l.smem, MEMRA_MMVQ_SMEM(144));
     ck_assert_int_eq(memra_mmvq_force_rpw(&l, 1, &e), MEMRA_ERR_INVALID_ARG); /* not direct */
     ck_assert_ptr_nonnull(strstr(e.msg, "not a direct launch"));
     memra_err_clear(&e);
-    few = mmvq_args(MEMRA_QT_Q4_K, MEMRA_MMVQ_DIRECT_MAX_IN + 256, 16, 1);
+    few = mmvq_args(MEMRA_QT_Q4_K, 256, 16, 3);
+    ck_assert_int_eq(memra_mmvq_prepare(&few, 90, 132, 0, &l, &e), MEMRA_OK);
+    ck_assert_int_eq(l.params.rpw, 0);
+    ck_assert_uint_eq(l.smem, MEMRA_MMVQ_SMEM(144));
+    few = mmvq_args(MEMRA_QT_Q4_K, MEMRA_MMVQ_DIRECT_MAX_IN(1) + 256, 16, 1);
     ck_assert_int_eq(memra_mmvq_prepare(&few, 90, 132, 0, &l, &e), MEMRA_ERR_UNSUPPORTED);
     ck_assert_ptr_nonnull(strstr(e.msg, "B = 1 path"));
     memra_err_clear(&e);

@@ -409,9 +409,9 @@ static void check_resolved(const memra_plan *p)
     }
 }
 
-/* At tier 1 an mmvq launch holds only mmvq's direct types (kernels/mmvq.h
- * memra_mmvq_direct) or none of them (plans/dsl.lua Plan:mmvq). */
-static void check_t1_direct(const memra_plan *p)
+/* At tiers up to memra_mmvq_direct_max_b() an mmvq launch holds only mmvq's direct types
+ * (kernels/mmvq.h memra_mmvq_direct) or none of them (plans/dsl.lua Plan:mmvq). */
+static void check_direct_split(const memra_plan *p)
 {
     for (uint32_t k = 0; k < p->n_kernels; k++) {
         const char *key = p->kernels[k];
@@ -477,8 +477,8 @@ START_TEST(test_tiny_tiers)
             const char *key = p->kernels[k];
             ck_assert(strncmp(key, "mmvq:", 5) != 0 || strstr(key, bkey));
         }
-        if (tiers[t] == 1)
-            check_t1_direct(p);
+        if ((int)tiers[t] <= memra_mmvq_direct_max_b())
+            check_direct_split(p);
         check_resolved(p);
         memra_plan_free(p);
     }
@@ -537,15 +537,17 @@ START_TEST(test_moe_and_kv)
     memra_gguf *g = NULL;
     memra_plan *p = NULL;
     sub_dir(dir, sizeof dir, "plans-moe");
-    ck_assert_int_eq(plan_dir(g_moe, dir, "1,16", 1, 0, MEMRA_DT_Q8_0, NULL, 0, NULL, &e),
+    ck_assert_int_eq(plan_dir(g_moe, dir, "1,2,16", 1, 0, MEMRA_DT_Q8_0, NULL, 0, NULL, &e),
                      MEMRA_OK);
     ck_assert_int_eq(memra_gguf_open(g_moe, &g, &e), MEMRA_OK);
-    /* tier 1: its f32 router / shared-expert gate weights sit in groups with q4_K ones, which
-     * the planner splits (tiny's own groups are all direct types) */
-    ck_assert_msg(memra_plan_load(dir, 1, 0, g, &p, &e) == MEMRA_OK, "%s", e.msg);
-    check_t1_direct(p);
-    memra_plan_free(p);
-    p = NULL;
+    /* tiers 1 and 2: its f32 router / shared-expert gate weights sit in groups with q4_K
+     * ones, which the planner splits (tiny's own groups are all direct types) */
+    for (int tier = 1; tier <= memra_mmvq_direct_max_b(); tier++) {
+        ck_assert_msg(memra_plan_load(dir, (uint32_t)tier, 0, g, &p, &e) == MEMRA_OK, "%s", e.msg);
+        check_direct_split(p);
+        memra_plan_free(p);
+        p = NULL;
+    }
     ck_assert_msg(memra_plan_load(dir, 16, 0, g, &p, &e) == MEMRA_OK, "%s", e.msg);
     uint32_t c[MEMRA_OP_COUNT];
     count_ops(p, c);

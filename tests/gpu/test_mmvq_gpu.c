@@ -321,7 +321,7 @@ static void mmvq_run(const memra_mmvq_args *args, int ksplit, int *ks_used)
         *ks_used = L.params.ksplit;
 }
 
-/* A B = 1 direct-path launch (mmvq_params.h) with rpw rows per warp forced instead of the
+/* A direct-path launch (mmvq_params.h; B <= 2) with rpw rows per warp forced instead of the
  * one-wave choice; 0 when the launch is not direct. */
 static int mmvq_run_rpw(const memra_mmvq_args *args, int rpw)
 {
@@ -453,20 +453,21 @@ static void mmvq_case(int qt, int K, int N, tally *t, tu_rng *rng)
         t->rerun_bad++;
         report(t, "%s K=%d N=%d: second B=16 launch differs", memra_qtype_get(qt)->name, K, N);
     }
-    /* the B = 1 direct path with several rows per warp (3 and 7: warps whose rows end
+    /* the direct path (B = 1..2) with several rows per warp (3 and 7: warps whose rows end
      * mid-launch): bit-identical to the CPU */
-    args.b = 1;
     static const int rpws[] = {1, 2, 3, 7, 64};
-    for (int ri = 0; ri < 5; ri++) {
-        CU_OK(cuMemsetD8(dy, 0xFF, (size_t)16 * N * 4));
-        if (!mmvq_run_rpw(&args, rpws[ri]))
-            continue;
-        t->launches++;
-        CU_OK(cuMemcpyDtoH(y, dy, (size_t)N * 4));
-        snprintf(what, sizeof what, "%s K=%d N=%d B=1 direct rpw=%d", memra_qtype_get(qt)->name,
-                 K, N, rpws[ri]);
-        check_vs_ref(t, what, y, ref, sabs, 1, N, nblk, 1);
-    }
+    for (int B = 1; B <= MEMRA_MMVQ_DIRECT_MAX_B; B++)
+        for (int ri = 0; ri < 5; ri++) {
+            args.b = B;
+            CU_OK(cuMemsetD8(dy, 0xFF, (size_t)16 * N * 4));
+            if (!mmvq_run_rpw(&args, rpws[ri]))
+                continue;
+            t->launches++;
+            CU_OK(cuMemcpyDtoH(y, dy, (size_t)B * N * 4));
+            snprintf(what, sizeof what, "%s K=%d N=%d B=%d direct rpw=%d",
+                     memra_qtype_get(qt)->name, K, N, B, rpws[ri]);
+            check_vs_ref(t, what, y, ref, sabs, B, N, nblk, 1);
+        }
     args.b = 16;
     /* every ksplit on B = 16: the canonical one must be bit-identical to the CPU */
     for (int ks = 1; ks <= 8; ks *= 2) {
@@ -527,6 +528,10 @@ START_TEST(test_mmvq_qtype)
                 continue;
             mmvq_case(qt, Ks[ki], Ns[ni], &t, &rng);
         }
+    /* direct types: rows longer than MEMRA_MMVQ_DIRECT_MAX_IN(2), so B = 2 launches of a
+     * direct specialization stage while B = 1 stays direct, all bit-identical */
+    if (memra_mmvq_direct(qt))
+        mmvq_case(qt, MEMRA_MMVQ_DIRECT_MAX_IN(2) + 256, 37, &t, &rng);
     printf("TABLE|mmvq %-7s exact %ld/%ld  tol %ld/%ld (worst |d|/tol %.3f)  isolation %s  "
            "rerun %s  %ld launches  %.1f s\n",
            memra_qtype_get(qt)->name, t.exact_pairs - t.exact_bad, t.exact_pairs,
@@ -675,8 +680,8 @@ static void merged_case(const char *name, const int qt[3], int K)
     merged m;
     merged_open(&m, &rng, qt, K);
     long bad = 0, pairs = 0;
-    static const int Bs[3] = {1, 5, 16};
-    for (int bi = 0; bi < 3; bi++)
+    static const int Bs[6] = {1, 2, 3, 4, 5, 16}; /* 1..2: the direct path when all direct */
+    for (int bi = 0; bi < 6; bi++)
         for (int ks = 0; ks <= 1; ks++) /* canonical (exact), then forced 1 */
             bad += merged_values(&m, Bs[bi], ks, &pairs);
     const long iso_bad = merged_isolation(&m);
@@ -700,6 +705,9 @@ START_TEST(test_mmvq_merged)
     merged_case("q4_K+q4_K(add,x0.5)+q4_K(x-1.25)", direct, 2048);
     /* 11 blocks in P = 4 parts: 3, 3, 3, 2 steps */
     merged_case("q4_K+q4_K(add,x0.5)+q4_K(x-1.25)", direct, 2816);
+    /* q4_K and q6_K mixed on the direct path; q6_K rows of 2310 bytes start 2-byte aligned */
+    static const int direct6[3] = {MEMRA_QT_Q6_K, MEMRA_QT_Q4_K, MEMRA_QT_Q6_K};
+    merged_case("q6_K+q4_K(add,x0.5)+q6_K(x-1.25)", direct6, 2816);
 }
 END_TEST
 

@@ -805,6 +805,72 @@ START_TEST(test_attn_decode_splits)
 }
 END_TEST
 
+/* The same launch twice on the same device buffers (scratch, outputs poisoned in between):
+ * the second writes every output byte again, and the same ones (nothing carried over in the
+ * scratch between launches). */
+static void decode_twice(const decode_case *c)
+{
+    memra_attn_decode_args g = decode_args(c, 0);
+    const size_t nq = (size_t)c->b * (size_t)(c->sh->n_head * c->sh->head_dim);
+    const size_t qb = nq / 32 * sizeof(memra_block_q8_1);
+    float *o1 = halloc(nq * sizeof(float)), *o2 = halloc(nq * sizeof(float));
+    uint8_t *yq1 = halloc(qb), *yq2 = halloc(qb);
+    CK_OP(memra_attn_decode_cuda(&g, 0));
+    d2h(o1, g.o, nq * sizeof(float));
+    d2h(yq1, g.y_q, qb);
+    poison(g.o, nq * sizeof(float));
+    poison(g.y_q, qb);
+    CK_OP(memra_attn_decode_cuda(&g, 0));
+    d2h(o2, g.o, nq * sizeof(float));
+    d2h(yq2, g.y_q, qb);
+    check_same("attn_decode o: second launch on the same buffers", o2, o1, nq * sizeof(float));
+    check_same("attn_decode y_q: second launch on the same buffers", yq2, yq1, qb);
+}
+
+/* dh 512 with group 4 (HG 4 at the widest head: the largest register footprint). */
+static const attn_shape k_attn_dh512_g4 = {"dh512-g4", 8, 2, 512, 64, {0, 0, 0, 0}};
+
+START_TEST(test_attn_decode_lengths)
+{
+    GPU_OR_SKIP();
+    tu_rng r;
+    tu_rng_seed(&r, 0xDEC2u);
+    /* Lengths (positions + 1) around the split scan's batches (a warp batch is KPW * U keys
+     * and 4 warps step 4 KPW U, <= 64) and the split size 64 (MEMRA_ATTN_SPLIT_KEYS): 1, 63,
+     * 64, 65, 128, 129, 1025 (the 9b bench case: 17 splits of 4 batches per warp), 8192
+     * (fills max_split = 128: 128 full splits of 64), 8193 (129 splits' worth, clamped to 128
+     * of 80 keys: split 102 partial, 103..127 empty) and 8201: outside the cache (a zero
+     * row). Rows of different lengths share a launch. */
+    static const int32_t p1[] = {1024}, p3[] = {64, 8191, 0},
+                         p16[] = {0, 62, 63, 64, 1024, 8200, 8192, 5, 127, 128, 300, 1087, 2047, 4095, 1, 700};
+    static const struct {
+        const int32_t *pos;
+        int b;
+    } rows[] = {{p1, 1}, {p3, 3}, {p16, 16}};
+    const attn_shape *shapes[] = {&k_attn_shapes[0], &k_attn_shapes[1], &k_attn_shapes[2], &k_attn_shapes[3],
+                                  &k_attn_shapes[4], &k_attn_shapes[5], &k_attn_shapes[6], &k_attn_dh512_g4};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        for (int kv = 0; kv < 2; kv++) {
+            /* every shape and cache type meets two of the three batch sizes */
+            for (int k = 0; k < 2; k++) {
+                const int ri = (int)((i + (size_t)kv + (size_t)k) % 3);
+                decode_case c = {.sh = shapes[i], .kv = kv ? MEMRA_QT_Q8_0 : MEMRA_QT_F16, .b = rows[ri].b,
+                                 .n_ctx = 8200, .max_split = MEMRA_ATTN_MAX_SPLIT};
+                c.pos = halloc(sizeof(int32_t) * (size_t)c.b);
+                memcpy(c.pos, rows[ri].pos, sizeof(int32_t) * (size_t)c.b);
+                decode_fill(&c, &r);
+                float *o;
+                uint8_t *yq;
+                decode_check(&c, &o, &yq);
+                decode_twice(&c);
+                if (c.b > 1)
+                    decode_isolation(&c, o, yq, 1, 1, 0);
+                teardown_allocs(); /* the case's caches (up to ~0.5 GB), before the next case */
+            }
+        }
+}
+END_TEST
+
 START_TEST(test_attn_rejects)
 {
     GPU_OR_SKIP();
@@ -842,6 +908,8 @@ static const gdn_shape k_gdn_shapes[] = {
     {"dv16-generic", 2, 4, 48, 16, 2, MEMRA_GDN_HEADS_TILED},     /* q8_1 blocks straddle heads */
     {"r8-grouped", 2, 16, 128, 64, 4, MEMRA_GDN_HEADS_GROUPED},   /* clusters of 8 */
     {"dk160-generic", 1, 2, 160, 32, 4, MEMRA_GDN_HEADS_TILED},   /* lanes 0..7 hold 8 dims */
+    {"dk256-dv128", 2, 4, 256, 128, 4, MEMRA_GDN_HEADS_TILED},    /* VEC 2, heads split in 4 */
+    {"dv256-grouped", 2, 4, 128, 256, 4, MEMRA_GDN_HEADS_GROUPED}, /* 16 warp tasks per head */
 };
 
 /* Host side of a gdn_step case: inputs, weights, the two state blocks and their initial
@@ -956,7 +1024,16 @@ static void gdn_check_state(const gdn_case *c, const char *what)
     check_same(what, ssm, c->ssm.h, c->ssm.stride * (size_t)c->b);
 }
 
+static void gdn_case_body(const gdn_shape *sh, int b, int steps, tu_rng *r);
+
+/* One case, its host and device buffers freed after it (the cases allocate per row). */
 static void gdn_case_run(const gdn_shape *sh, int b, int steps, tu_rng *r)
+{
+    gdn_case_body(sh, b, steps, r);
+    teardown_allocs();
+}
+
+static void gdn_case_body(const gdn_shape *sh, int b, int steps, tu_rng *r)
 {
     gdn_case c;
     gdn_init(&c, sh, b, r);
@@ -1015,14 +1092,41 @@ START_TEST(test_gdn_step)
     static const int bs[] = {1, 3, 16, 5};
     for (size_t i = 0; i < sizeof k_gdn_shapes / sizeof k_gdn_shapes[0]; i++)
         gdn_case_run(&k_gdn_shapes[i], bs[i % 4], 1, &r);
+    /* Fast-kernel paths (gdn_step.cu) and the cases that take them on a 132-SM H200: split =
+     * CTAs per value head, cluster = r * split CTAs, <VEC, warps, rows per warp task>; "row
+     * alone" (single-step cases) reruns the last row at b = 1, i.e. on the b = 1 path.
+     *   9b b 1 (above; 3 steps below), b 2, qwen3next b 1 (grouped): split 4, cluster 8, <1,8,4>
+     *   0.8b b 3 (above): r = 1, split 4, cluster 4, <1,8,4>
+     *   9b b 3 (4 steps): split 2, cluster 4, <1,8,8>;  27b b 1: split 2, cluster 6 (uneven
+     *     q / k conv shares of 43 and 41 channels), <1,8,8>
+     *   9b b 5, qwen3next b 5 (above): split 1, cluster 2, <1,8,16>; r8-grouped b 1 (above):
+     *     cluster 8, <1,8,8>; 0.8b b 12: no cluster, <1,8,16>
+     *   dv256-grouped b 5 (above): split 4, cluster 8, <1,8,8>; b 40: split 1, <1,8,16> with
+     *     2 tasks per warp (the rest of the head prefetched into L2)
+     *   9b b 16 (1 and 2 steps), 27b b 16 (above, cluster 3): 4 warps, <1,4,8>, 4 tasks per
+     *     warp, the next one loaded during the current one; 0.8b b 20: the same without cluster
+     *   dk256 b 1 (above), b 2 (3 steps): split 2, cluster 4, <2,8,4>; b 40: split 1, <2,8,8>;
+     *     b 80: 4 warps, <2,4,4>
+     *   dk256-dv128 b 16 (above): split 4, cluster 8, <2,8,4>; b 20: split 2, <2,8,8>; b 40:
+     *     split 1, <2,8,8> with 2 tasks per warp
+     * The bytes are the CPU's on every path. */
+    gdn_case_run(&k_gdn_shapes[0], 2, 1, &r);
+    gdn_case_run(&k_gdn_shapes[0], 5, 1, &r);
     gdn_case_run(&k_gdn_shapes[0], 16, 1, &r);
-    gdn_case_run(&k_gdn_shapes[0], 3, 4, &r); /* state and conv window carried over 4 steps */
+    gdn_case_run(&k_gdn_shapes[0], 1, 3, &r);  /* state and conv window carried over 3 steps */
+    gdn_case_run(&k_gdn_shapes[0], 3, 4, &r);
+    gdn_case_run(&k_gdn_shapes[0], 16, 2, &r);
+    gdn_case_run(&k_gdn_shapes[1], 12, 1, &r);
+    gdn_case_run(&k_gdn_shapes[1], 20, 1, &r);
+    gdn_case_run(&k_gdn_shapes[2], 1, 1, &r);
+    gdn_case_run(&k_gdn_shapes[3], 1, 1, &r);
     gdn_case_run(&k_gdn_shapes[5], 2, 3, &r);
-    gdn_case_run(&k_gdn_shapes[4], 2, 3, &r); /* dk 256 (fast, VEC 2) over 3 steps */
-    /* the fast kernel runs 8 warps per CTA while n_v_head * b fits 2 CTAs per SM, else 4:
-     * 9b at b = 16 (512 CTAs) and dk 256 at b = 80 (320) take the 4-warp variant, the
-     * cases above the 8-warp one; the bytes are the CPU's either way */
+    gdn_case_run(&k_gdn_shapes[4], 2, 3, &r);
+    gdn_case_run(&k_gdn_shapes[4], 40, 1, &r);
     gdn_case_run(&k_gdn_shapes[4], 80, 1, &r);
+    gdn_case_run(&k_gdn_shapes[10], 20, 1, &r);
+    gdn_case_run(&k_gdn_shapes[10], 40, 1, &r);
+    gdn_case_run(&k_gdn_shapes[11], 40, 1, &r);
 }
 END_TEST
 
@@ -1435,7 +1539,9 @@ START_TEST(test_timing)
     time_attn_decode(1, 32768, MEMRA_QT_F16, 128, &r);
     time_attn_decode(16, 4096, MEMRA_QT_F16, 32, &r);
     time_gdn(16, &r);
-    time_gdn(1, &r);
+    time_gdn(4, &r);
+    time_gdn(2, &r); /* heads split in 2 (gdn_step.cu) */
+    time_gdn(1, &r); /* heads split in 4 */
     time_small_ops(&r);
     time_prep_sample(&r);
 }
@@ -1483,7 +1589,7 @@ Suite *make_ops_gpu_suite(void)
     GPU_ADD_CASE(s, "silu_mul_q8", test_silu_mul_q8, test_silu_mul_q8_isolation);
     GPU_ADD_CASE(s, "moe_route", test_moe_route);
     GPU_ADD_CASE(s, "attn_prep", test_attn_prep, test_attn_rejects);
-    GPU_ADD_CASE(s, "attn_decode", test_attn_decode, test_attn_decode_splits);
+    GPU_ADD_CASE(s, "attn_decode", test_attn_decode, test_attn_decode_splits, test_attn_decode_lengths);
     GPU_ADD_CASE(s, "gdn_step", test_gdn_step, test_gdn_rejects);
     GPU_ADD_CASE(s, "sample", test_sample, test_sample_draws, test_sample_edges);
     GPU_ADD_CASE(s, "exact_math", test_exact_math_gpu);
