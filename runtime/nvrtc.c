@@ -816,12 +816,12 @@ int memra_mmvq_prepare(const memra_mmvq_args *args, int sm, int n_sm, int ksplit
     out->threads = (unsigned)memra_kernel_spec_threads(&spec);
     out->smem = (unsigned)mmvq_spec_staged_smem(&spec);
     out->b = args->b;
-    const int max_in = MEMRA_MMVQ_DIRECT_MAX_IN(args->b);
-    if (mmvq_spec_direct(&spec) && args->b == 1 && args->n_in > max_in)
+    const int direct = mmvq_spec_direct(&spec), max_in = MEMRA_MMVQ_DIRECT_MAX_IN(args->b);
+    if (direct && args->b == 1 && args->n_in > max_in)
         return MEMRA_FAIL(err, MEMRA_ERR_UNSUPPORTED,
                           "mmvq: n_in %d above %d, the largest the B = 1 path of %s stages",
                           args->n_in, max_in, out->key);
-    if (mmvq_spec_direct(&spec) && args->n_in <= max_in) {
+    if (direct && args->n_in <= max_in) {
         /* rows per warp: the fewest that run the launch in one wave of the CUDA blocks an SM
          * holds (shared memory bound: 3 for q4_K up to n_in = 12288 at B = 1), i.e. the longest
          * contiguous stream per warp with no second wave; a speed choice only */

@@ -1092,23 +1092,25 @@ START_TEST(test_gdn_step)
     static const int bs[] = {1, 3, 16, 5};
     for (size_t i = 0; i < sizeof k_gdn_shapes / sizeof k_gdn_shapes[0]; i++)
         gdn_case_run(&k_gdn_shapes[i], bs[i % 4], 1, &r);
-    /* Fast-kernel paths (gdn_step.cu) and the cases that take them on a 132-SM H200: split =
-     * CTAs per value head, cluster = r * split CTAs, <VEC, warps, rows per warp task>; "row
-     * alone" (single-step cases) reruns the last row at b = 1, i.e. on the b = 1 path.
-     *   9b b 1 (above; 3 steps below), b 2, qwen3next b 1 (grouped): split 4, cluster 8, <1,8,4>
-     *   0.8b b 3 (above): r = 1, split 4, cluster 4, <1,8,4>
-     *   9b b 3 (4 steps): split 2, cluster 4, <1,8,8>;  27b b 1: split 2, cluster 6 (uneven
-     *     q / k conv shares of 43 and 41 channels), <1,8,8>
-     *   9b b 5, qwen3next b 5 (above): split 1, cluster 2, <1,8,16>; r8-grouped b 1 (above):
-     *     cluster 8, <1,8,8>; 0.8b b 12: no cluster, <1,8,16>
-     *   dv256-grouped b 5 (above): split 4, cluster 8, <1,8,8>; b 40: split 1, <1,8,16> with
-     *     2 tasks per warp (the rest of the head prefetched into L2)
-     *   9b b 16 (1 and 2 steps), 27b b 16 (above, cluster 3): 4 warps, <1,4,8>, 4 tasks per
-     *     warp, the next one loaded during the current one; 0.8b b 20: the same without cluster
-     *   dk256 b 1 (above), b 2 (3 steps): split 2, cluster 4, <2,8,4>; b 40: split 1, <2,8,8>;
-     *     b 80: 4 warps, <2,4,4>
-     *   dk256-dv128 b 16 (above): split 4, cluster 8, <2,8,4>; b 20: split 2, <2,8,8>; b 40:
-     *     split 1, <2,8,8> with 2 tasks per warp
+    /* Fast-kernel paths (gdn_step.cu; split <= 4 while Hv * b * split fits one CTA per SM) and
+     * the cases that take them on a 132-SM H200: split = CTAs per value head, cluster = r *
+     * split CTAs, <VEC, warps, rows per warp task>; "row alone" (single-step cases) reruns the
+     * last row at b = 1, i.e. on the b = 1 path.
+     *   <1,8,4>: 9b b 1 (3 steps below; every 9b row alone), qwen3next b 1 (grouped): split 4,
+     *     cluster 8; 0.8b b 1 (row alone): r = 1, split 4, cluster 4
+     *   <1,8,8>: 9b b 2: split 2, cluster 4; 0.8b b 3 (above): split 2, cluster 2; 27b b 1:
+     *     split 2, cluster 6 (uneven q / k conv shares of 43 and 41 channels); r8-grouped b 1
+     *     (above): dv 64 unsplit, cluster 8; dv256-grouped b 5 (above): split 4, cluster 8
+     *   <1,8,16>: 9b b 3 (4 steps), 9b b 5, qwen3next b 5 (above): split 1, cluster 2; 0.8b
+     *     b 12: no cluster; dv256-grouped b 40: 2 tasks per warp (the rest of the head
+     *     prefetched into L2)
+     *   <1,4,8>: 9b b 16 (1 and 2 steps), 27b b 16 (above, cluster 3): 4 warps, 4 tasks per
+     *     warp, the next one loaded during the current one; 0.8b b 20: the same, no cluster
+     *   <2,8,4>: dk256 b 1 (above), b 2 (3 steps): split 2, cluster 4; dk256-dv128 b 1 (row
+     *     alone): split 4, cluster 8
+     *   <2,8,8>: dk256-dv128 b 16 (above): split 2; b 20, b 40: split 1, 2 tasks per warp;
+     *     dk256 b 40: split 1
+     *   <2,4,4>: dk256 b 80: 4 warps
      * The bytes are the CPU's on every path. */
     gdn_case_run(&k_gdn_shapes[0], 2, 1, &r);
     gdn_case_run(&k_gdn_shapes[0], 5, 1, &r);
