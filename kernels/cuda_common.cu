@@ -1,6 +1,7 @@
 /*
  * cuda_common.cu — the thread-local failure reason of the CUDA op entries
- * (memra_cuda_ops_error, kernels/cuda_ops.h). Host code only.
+ * (memra_cuda_ops_error, kernels/cuda_ops.h) and memra_copy_words_cuda, the word copy the
+ * CUDA backend moves tick blocks with.
  */
 #include "cuda_common.cuh"
 #include "cuda_ops.h"
@@ -10,3 +11,30 @@ static thread_local const char *g_cuda_ops_error = "";
 void memra_cuda_ops_set_error(const char *why) { g_cuda_ops_error = why ? why : ""; }
 
 extern "C" const char *memra_cuda_ops_error(void) { return g_cuda_ops_error; }
+
+namespace {
+
+constexpr int kCopyThreads = 256;
+
+__global__ void __launch_bounds__(kCopyThreads) copy_words_kernel(unsigned *dst, const unsigned *src,
+                                                                  unsigned long long n)
+{
+    pdl_wait_release();
+    for (unsigned long long i = (unsigned long long)blockIdx.x * kCopyThreads + threadIdx.x; i < n;
+         i += (unsigned long long)gridDim.x * kCopyThreads)
+        dst[i] = src[i];
+}
+
+} /* namespace */
+
+extern "C" int memra_copy_words_cuda(void *dst, const void *src, size_t bytes, cudaStream_t s)
+{
+    if (!dst || !src || bytes % 4 != 0 || (uintptr_t)dst % 4 != 0 || (uintptr_t)src % 4 != 0)
+        return cuda_ops_invalid("copy_words: null or misaligned pointer, or bytes % 4 != 0");
+    if (bytes == 0)
+        return MEMRA_OK;
+    const unsigned long long n = bytes / 4;
+    const unsigned grid = n > 64ull * kCopyThreads ? 64u : cdiv_u(n, kCopyThreads);
+    return cuda_ops_result(cuda_ops_launch(copy_words_kernel, dim3(grid), dim3(kCopyThreads), 0,
+                                           s, 1, (unsigned *)dst, (const unsigned *)src, n));
+}

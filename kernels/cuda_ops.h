@@ -55,6 +55,12 @@ int memra_attn_prep_cuda(const memra_attn_prep_args *a, cudaStream_t s);
  * + q8_1). a->scratch is required here (the CPU reference ignores it). */
 int memra_attn_decode_cuda(const memra_attn_decode_args *a, cudaStream_t s);
 int memra_gdn_step_cuda(const memra_gdn_step_args *a, cudaStream_t s);
+/* Tests and measurements only (tests/gpu/test_ops_gpu.c): forces the fast kernel's split of
+ * a value head over `split` CTAs (1, 2 or 4) where that shape allows it (0: the launcher's
+ * choice) and the bulk L2 prefetch of the rows past each CTA's first tasks on (1) or off
+ * (0; -1: the launcher's choice). Process-wide, not thread-safe; changes no bit of the
+ * results (the tests run every forced variant against the CPU). */
+void memra_gdn_step_cuda_tune(int split, int bulk);
 int memra_silu_mul_q8_cuda(const memra_silu_mul_q8_args *a, cudaStream_t s);
 int memra_moe_route_cuda(const memra_moe_route_args *a, cudaStream_t s);
 /* Bit-identical to memra_mmvq_moe_ref / memra_moe_down_ref (every dot-capable weight type);
@@ -66,6 +72,13 @@ int memra_moe_down_cuda(const memra_moe_down_args *a, cudaStream_t s);
 int memra_sample_cuda(const memra_sample_args *a, cudaStream_t s);
 /* Not a plan op: the benchmarks' synthetic history (kernels/synth_fill.h), one region. */
 int memra_synth_fill_cuda(const memra_synth_fill_args *a, cudaStream_t s);
+/* Not a plan op: copies `bytes` (a multiple of 4; both addresses 4-byte aligned) from src to
+ * dst as one kernel of 32-bit loads and stores, after the previous kernel has finished
+ * (griddepcontrol.wait). Either side may be mapped pinned host memory (its device address):
+ * the CUDA backend moves each tick block in and the sampled tokens out this way, so a tick's
+ * graph holds kernel nodes only (a memcpy node costs ~1 us of cudaGraphLaunch each,
+ * bench/results/launch-probe-2026-12-04.txt). */
+int memra_copy_words_cuda(void *dst, const void *src, size_t bytes, cudaStream_t s);
 
 /* Rows of at most this many logits are sampled entirely in shared memory (8 CTAs of one
  * cluster hold 1/8 each). */

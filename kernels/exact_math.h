@@ -24,7 +24,12 @@
 #ifndef MEMRA_KERNEL_EXACT_MATH_H
 #define MEMRA_KERNEL_EXACT_MATH_H
 
+#ifdef __CUDACC_RTC__ /* NVRTC (the mmvq template's SwiGLU epilogue): no system headers */
+typedef unsigned long long uint64_t;
+typedef long long int64_t;
+#else
 #include <stdint.h>
+#endif
 
 #ifdef __CUDACC__
 #define MEMRA_XM static __host__ __device__ __forceinline__

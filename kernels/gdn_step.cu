@@ -7,8 +7,9 @@
  *
  * Fast kernel (head_k_dim 128 or 256, head_v_dim % 32 == 0, Hv / Hk <= 8): value head h of
  * row b is split over `split` CTAs (4, 2 or 1: the most that keep whole q8_1 blocks per CTA,
- * a cluster of <= 8 and the grid within 1 CTA per SM; 1 with 4-warp CTAs once Hv * b exceeds
- * 2 CTAs per SM), CTA sp owning state rows j in [sp * dv / split, (sp + 1) * dv / split). The CTAs of
+ * a cluster of <= 8 and the grid within 1 CTA per SM, or what memra_gdn_step_cuda_tune
+ * forces; 1 with 4-warp CTAs once Hv * b exceeds 2 CTAs per SM), CTA sp owning state rows j
+ * in [sp * dv / split, (sp + 1) * dv / split). The CTAs of
  * the value heads that share key head a (r = Hv / Hk) form one thread-block cluster of
  * r * split, rank mi * split + sp. Conv step: every conv channel has exactly one reader in
  * the grid, which shifts it right after reading it: each CTA computes an even share of
@@ -62,6 +63,7 @@ struct gdn_geom {
     int r;     /* Hv / Hk: value heads per key head */
     int split; /* fast kernel: CTAs per value head, each owning head_v_dim / split state rows */
     int cs;    /* fast kernel: cluster size r * split (every CTA that reads key head a's q, k) */
+    int bulk;  /* fast kernel: stream the rows past the first W tasks into L2 (bulk prefetch) */
     float q_scale; /* memra_gdn_q_scale(dk) */
 };
 
@@ -238,7 +240,7 @@ __global__ void __launch_bounds__(W * 32, W == kFastWarpsLarge ? 4 : 2)
     float4 cur[G][VEC];
     if (warp < ntask)
         load_rows<VEC, G>(St, j_lo + G * warp, cur);
-    if (warp == W - 1 && ntask > W) {
+    if (g.bulk && warp == W - 1 && ntask > W) {
         const char *p0 = (const char *)(St + (size_t)(j_lo + G * W) * DK);
         const unsigned n = (unsigned)(rows - G * W) * DK * (unsigned)sizeof(float);
         for (unsigned off = (unsigned)lane * kPrefetchChunk; off < n; off += 32u * kPrefetchChunk)
@@ -438,6 +440,9 @@ __global__ void __launch_bounds__(kGenericThreads) gdn_step_generic(memra_gdn_st
         conv_shift(a, g, b, c);
 }
 
+/* memra_gdn_step_cuda_tune (measurements only): 0 = the launcher's choice */
+int g_tune_split = 0, g_tune_bulk = -1;
+
 /* Multiprocessors of the current device (cached per ordinal; 132 if the query fails). */
 int sm_count()
 {
@@ -479,6 +484,12 @@ int launch_fast(const memra_gdn_step_args *a, const gdn_geom &g, bool large, cud
 
 } /* namespace */
 
+extern "C" void memra_gdn_step_cuda_tune(int split, int bulk)
+{
+    g_tune_split = split;
+    g_tune_bulk = bulk;
+}
+
 extern "C" int memra_gdn_step_cuda(const memra_gdn_step_args *a, cudaStream_t s)
 {
     if (!a)
@@ -494,6 +505,7 @@ extern "C" int memra_gdn_step_cuda(const memra_gdn_step_args *a, cudaStream_t s)
     g.q_scale = memra_gdn_q_scale(a->head_k_dim);
     g.split = 1;
     g.cs = 1;
+    g.bulk = 1;
     if (a->b > 65535)
         return cuda_ops_invalid("gdn_step: b exceeds the grid limit 65535");
     const bool fast = (a->head_k_dim == 128 || a->head_k_dim == 256) &&
@@ -501,14 +513,25 @@ extern "C" int memra_gdn_step_cuda(const memra_gdn_step_args *a, cudaStream_t s)
     if (fast) {
         /* small grids: split each head's rows over the most CTAs the cluster limit, whole
          * q8_1 blocks per CTA and one CTA per SM allow (at 2 per SM, 9b b = 2 ran 256 CTAs in
-         * clusters of 8 and measured 2x its b = 1 time in the tick) */
+         * clusters of 8 and measured 2x its b = 1 time in the tick). Launched alone, back to
+         * back, the unsplit kernel is faster (bench/results/ops-timing-gdn-sweep-2026-12-04.txt:
+         * 9b b = 1 7.5 us vs 8.4 at split 4), but in the tick the split wins: the 9b B = 1 tick
+         * took 2.680 ms with it and 2.772 without, the 0.8b 1.136 vs 1.186 (more CTAs load their
+         * first state rows before the PDL wait, under the previous kernel's tail). The bulk L2
+         * prefetch of rows past a CTA's first tasks: on for 8-warp CTAs, off for the 4-warp
+         * grids (all resident at once, each warp double-buffering its tasks: b = 16 29.5 us
+         * without, 31.8 with; the B = 16 tick 7.790 -> 7.719 ms). */
         const long sms = sm_count();
         const bool large = (long)a->n_v_head * a->b > 2L * sms;
         for (int sp = kMaxSplit; !large && sp > 1 && g.split == 1; sp /= 2)
             if (g.r * sp <= kClusterMax && (a->head_v_dim / 32) % sp == 0 &&
                 (long)a->n_v_head * a->b * sp <= sms)
                 g.split = sp;
+        if (g_tune_split > 0 && g_tune_split <= kMaxSplit && g.r * g_tune_split <= kClusterMax &&
+            (a->head_v_dim / 32) % g_tune_split == 0)
+            g.split = g_tune_split;
         g.cs = g.r * g.split;
+        g.bulk = g_tune_bulk >= 0 ? g_tune_bulk : !large;
         return a->head_k_dim == 128 ? launch_fast<1>(a, g, large, s)
                                     : launch_fast<2>(a, g, large, s);
     }

@@ -40,7 +40,9 @@
 #define MEMRA_NVRTC_MMVQ_CUH
 
 #include "common.cuh"
+#include "exact_math.h"
 #include "mmvq_params.h"
+#include "quantize_q8_1.cuh"
 
 #define MMVQ_ROWS MEMRA_MMVQ_ROWS
 #define MMVQ_WARPS MEMRA_MMVQ_WARPS
@@ -1196,11 +1198,17 @@ MEMRA_DEV void direct_main(const memra_mmvq_params &p, u8 *smem)
     int n_rows = 0;
     for (int i = 0; i < p.n_w; i++)
         n_rows += p.out[i].n_out;
-    const int r0 = (blockIdx.x * MMVQ_WARPS + warp) * R;
+    /* fused SwiGLU (params.swiglu_q): warps 0..3 own gate rows 32 c + 8 w.., warps 4..7 the
+     * same up rows (up row o is launch row N + o) */
+    const bool swiglu = p.swiglu_q != nullptr;
+    const int r0 = swiglu ? (warp >> 2) * p.out[0].n_out + 32 * blockIdx.x + R * (warp & 3)
+                          : (blockIdx.x * MMVQ_WARPS + warp) * R;
     const int nr = r0 >= n_rows ? 0 : n_rows - r0 < R ? n_rows - r0 : R;
     const int nst = nr * rounds; /* stages of this warp: (row, round) in order */
     u8 *act = smem;
     u8 *ring = smem + B * MEMRA_MMVQ_ACT_BYTES(p.n_in) + warp * NST * SB;
+    /* fused SwiGLU: [B][64] outputs of the CUDA block (32 gate, then 32 up), after the rings */
+    float *pair = (float *)(smem + B * MEMRA_MMVQ_ACT_BYTES(p.n_in) + MMVQ_WARPS * NST * SB);
 
     /* stage k: round k % rounds of row r0 + k / rounds (an empty group past the end), from the
      * 16-byte unit holding its first byte; a unit past the weight's end copies only its bytes */
@@ -1274,10 +1282,23 @@ MEMRA_DEV void direct_main(const memra_mmvq_params &p, u8 *smem)
                 float y = __shfl_sync(0xFFFFFFFFu, T[c], 0);
                 for (int q = 1; q < P; q++)
                     y = __fadd_rn(y, __shfl_sync(0xFFFFFFFFu, T[c], 2 * q));
-                if (lane == 0)
-                    store_one(p.out[wi], c, row, y);
+                if (lane == 0) {
+                    if (swiglu)
+                        pair[64 * c + 32 * (warp >> 2) + R * (warp & 3) + k / rounds] = y;
+                    else
+                        store_one(p.out[wi], c, row, y);
+                }
                 T[c] = 0.0f;
             }
+        }
+    }
+    if (swiglu) { /* silu_mul_q8's arithmetic on the block's 32 (g, u) pairs of each row */
+        __syncthreads();
+        if (warp < B) {
+            const float *pr = pair + 64 * warp;
+            const float y = __fmul_rn(memra_x_siluf(pr[lane]), pr[32 + lane]);
+            const i64 blk = (i64)warp * (p.out[0].n_out / 32) + blockIdx.x;
+            q8_1_quantize_warp(y, lane, (u8 *)p.swiglu_q + blk * Q8_1_BYTES);
         }
     }
 }

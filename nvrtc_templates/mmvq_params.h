@@ -47,8 +47,20 @@ typedef struct memra_mmvq_params {
     memra_i32 rpw;    /* direct path only: output rows per warp (>= 1; warp i of the launch
                          owns rows [i rpw, (i + 1) rpw) of the weights laid end to end). Not a
                          numerical choice: every row's parts fold in the canonical order */
+    /* direct path only, NULL otherwise: the fused SwiGLU epilogue (runtime/nvrtc.h
+     * memra_mmvq_fuse_swiglu). The launch is {gate, up} of n_out = N rows each (N % 32 == 0,
+     * store mode, no scale, rpw = MEMRA_MMVQ_SWIGLU_RPW); CUDA block c computes gate rows
+     * [32 c, 32 c + 32) (warps 0..3) and the same up rows (warps 4..7), then writes q8_1
+     * block c of silu(g) * u of each of the b rows to swiglu_q [b, N / 32] instead of storing
+     * g and u: silu_mul_q8's bytes (kernels/silu_mul_q8.h), one launch fewer */
+    void *swiglu_q;
     memra_mmvq_out_params out[MEMRA_MMVQ_MAX_OUT];
 } memra_mmvq_params;
+
+/* rows per warp of a fused SwiGLU launch: 4 warps x 8 rows = one q8_1 block of gate rows */
+#define MEMRA_MMVQ_SWIGLU_RPW 8
+/* its extra shared memory: the CUDA block's 64 outputs of each of its b rows */
+#define MEMRA_MMVQ_SWIGLU_SMEM(b) ((b) * 64 * 4)
 
 /*
  * Per-qtype geometry, X(id, name, dot_elems, dot_bytes, step_blocks): a "dot block" is the

@@ -92,6 +92,7 @@ static const run_fn k_run[MEMRA_OP_COUNT] = {
 
 typedef struct cuda_launch {
     uint32_t op;
+    int folded;           /* its work is done by the launch before it (fold_swiglu): skipped */
     memra_op_args a;      /* bound args: device pointers */
     CUfunction fn;        /* mmvq: the NVRTC specialization */
     memra_mmvq_launch ml; /* mmvq: geometry and the kernel's parameter block */
@@ -103,6 +104,7 @@ typedef struct cuda_plan {
     uint32_t *region_map; /* [n_states] plan region -> slot layout region */
     memra_tick_layout tl;
     void *tick_pinned;     /* tl.bytes of pinned host memory (owned) */
+    void *tick_mapped;     /* its device address (mapped): the tick's copy kernels' side */
     memra_tick host;       /* views of tick_pinned */
     uint32_t *row_slot;    /* [tier b] slot whose region addresses row r of host holds
                               (UINT32_MAX: none yet): fill_tick rewrites a row's
@@ -172,6 +174,7 @@ void memra_cuda_opts_init(memra_cuda_opts *o)
                            .device = 0,
                            .graphs = 1,
                            .pdl = 1,
+                           .fuse = 1,
                            .sync_launches = 0,
                            .staging_mib = 64};
 }
@@ -473,8 +476,9 @@ static int setup_buffers(memra_cuda_backend *be, memra_err *err)
         cuda_plan *cp = &be->plans[i];
         const memra_plan *p = cp->plan;
         MEMRA_TRY(memra_tick_layout_init(&cp->tl, p->tier, p->n_states, err));
-        MEMRA_RT_TRY(err, cudaHostAlloc(&cp->tick_pinned, cp->tl.bytes, cudaHostAllocDefault));
+        MEMRA_RT_TRY(err, cudaHostAlloc(&cp->tick_pinned, cp->tl.bytes, cudaHostAllocMapped));
         memset(cp->tick_pinned, 0, cp->tl.bytes);
+        MEMRA_RT_TRY(err, cudaHostGetDevicePointer(&cp->tick_mapped, cp->tick_pinned, 0));
         MEMRA_RT_TRY(err, cudaMalloc(&cp->tick_dev, cp->tl.bytes));
         MEMRA_RT_TRY(err, cudaMemsetAsync(cp->tick_dev, 0, cp->tl.bytes, be->stream));
         memra_tick_bind(&cp->host, &cp->tl, cp->tick_pinned);
@@ -625,6 +629,55 @@ fail:
     return rc;
 }
 
+/* Whether a launch of p other than i and i + 1 names arena buffer `buf`. */
+static int buf_used_elsewhere(const memra_plan *p, uint32_t i, uint32_t buf)
+{
+    for (uint32_t j = 0; j < p->n_launches; j++) {
+        if (j == i || j == i + 1)
+            continue;
+        const memra_plan_launch *l = &p->launches[j];
+        for (uint32_t k = 0; k < l->n_args; k++)
+            if (l->args[k].kind == MEMRA_ARG_BUF && l->args[k].index == buf)
+                return 1;
+    }
+    return 0;
+}
+
+/* opts.fuse: an mmvq {gate, up} on the direct path followed by the silu_mul_q8 that reads
+ * its two outputs, which nothing else in the plan names, becomes one launch (fuse 1: when
+ * its n_ff / 32 CUDA blocks are at least the SMs; 2: always): the mmvq writes
+ * silu_mul_q8's q8_1 output itself (memra_mmvq_fuse_swiglu: the same bytes) and the
+ * silu_mul_q8 launch is skipped. Any condition unmet (staged tiers, other shapes, a plan
+ * variant that reads g or u elsewhere) leaves both launches as planned. Returns the count. */
+static uint32_t fold_swiglu(cuda_plan *cp, int fuse, int n_sm)
+{
+    const memra_plan *p = cp->plan;
+    uint32_t n = 0;
+    for (uint32_t i = 0; i + 1 < p->n_launches; i++) {
+        cuda_launch *L = &cp->launches[i], *S = &cp->launches[i + 1];
+        if (L->op != MEMRA_OP_MMVQ || S->op != MEMRA_OP_SILU_MUL_Q8 || L->folded)
+            continue;
+        const memra_silu_mul_q8_args *sm = &S->a.silu_mul_q8;
+        const memra_mmvq_params *mp = &L->ml.params;
+        const memra_plan_arg *g = &p->launches[i + 1].args[MEMRA_SILU_MUL_Q8_G0];
+        const memra_plan_arg *u = &p->launches[i + 1].args[MEMRA_SILU_MUL_Q8_U0];
+        if (sm->n_slots != 1 || sm->slot[0].m != 1 || sm->b != L->ml.b || mp->n_w != 2 ||
+            sm->slot[0].g != mp->out[0].y || sm->slot[0].u != mp->out[1].y ||
+            sm->slot[0].n != mp->out[0].n_out || (fuse == 1 && sm->slot[0].n / 32 < n_sm) ||
+            g->kind != MEMRA_ARG_BUF ||
+            u->kind != MEMRA_ARG_BUF || buf_used_elsewhere(p, i, g->index) ||
+            buf_used_elsewhere(p, i, u->index))
+            continue;
+        memra_mmvq_launch fused = L->ml;
+        if (memra_mmvq_fuse_swiglu(&fused, sm->slot[0].y_q, NULL) != MEMRA_OK)
+            continue;
+        L->ml = fused;
+        S->folded = 1;
+        n++;
+    }
+    return n;
+}
+
 /* Bind and check every launch of plan (t, s). */
 static int bind_plan(memra_cuda_backend *be, uint32_t t, uint32_t s, memra_err *err)
 {
@@ -660,6 +713,8 @@ static int bind_plan(memra_cuda_backend *be, uint32_t t, uint32_t s, memra_err *
                 return rc;
         }
     }
+    if (be->opts.fuse)
+        be->info.folded[t] += fold_swiglu(cp, be->opts.fuse, be->info.n_sm);
     return MEMRA_OK;
 }
 
@@ -735,15 +790,18 @@ static int launch_one(const memra_cuda_backend *be, const cuda_plan *cp, uint32_
     return MEMRA_OK;
 }
 
-/* One stage of tier t: its tick block to the device, the boundary copy, its launches. */
+/* One stage of tier t: its tick block to the device (a copy kernel reading the mapped pinned
+ * block: a graph of kernel nodes only launches faster than one with memcpy nodes), the
+ * boundary copy, its launches. */
 static int enqueue_stage(memra_cuda_backend *be, uint32_t t, uint32_t s, cudaStream_t st, int eager,
                          memra_err *err)
 {
     int rc = MEMRA_OK;
     const cuda_plan *cp = plan_at(be, t, s);
     const memra_plan *p = cp->plan;
-    MEMRA_RT_TRY(err, cudaMemcpyAsync(cp->tick_dev, cp->tick_pinned, cp->tl.bytes,
-                                      cudaMemcpyHostToDevice, st));
+    if (memra_copy_words_cuda(cp->tick_dev, cp->tick_mapped, cp->tl.bytes, st) != MEMRA_OK)
+        return MEMRA_FAIL(err, MEMRA_ERR_CUDA, "tier b%u stage %u: tick block copy: %s",
+                          p->tier, p->stage, memra_cuda_ops_error());
     if (s > 0) { /* [b, n_embd] f32 boundary: a straight copy, no conversion */
         const memra_plan *q = plan_at(be, t, s - 1)->plan;
         MEMRA_RT_TRY(err,
@@ -759,7 +817,8 @@ static int enqueue_stage(memra_cuda_backend *be, uint32_t t, uint32_t s, cudaStr
             eager && be->fault.kind && be->fault.tier == t && s == 0 && be->fault.launch == i
                 ? &be->fault
                 : NULL;
-        MEMRA_TRY(launch_one(be, cp, i, st, f, err));
+        if (!cp->launches[i].folded)
+            MEMRA_TRY(launch_one(be, cp, i, st, f, err));
         if (prof)
             MEMRA_RT_TRY(err, cudaEventRecord(cp->prof[i + 1], st));
         if (eager && be->opts.sync_launches) {
@@ -773,7 +832,8 @@ fail:
     return rc;
 }
 
-/* Every stage of tier t in order, then the sampled tokens back to pinned memory. This is
+/* Every stage of tier t in order, then the sampled tokens back to pinned memory (a copy
+ * kernel writing its mapped address). This is
  * the eager tick and, recorded once, the tier's graph. */
 static int enqueue_tier(memra_cuda_backend *be, uint32_t t, cudaStream_t st, int eager,
                         memra_err *err)
@@ -782,8 +842,12 @@ static int enqueue_tier(memra_cuda_backend *be, uint32_t t, cudaStream_t st, int
     for (uint32_t s = 0; s < be->n_stages; s++)
         MEMRA_TRY(enqueue_stage(be, t, s, st, eager, err));
     const cuda_plan *last = plan_at(be, t, be->n_stages - 1);
-    MEMRA_RT_TRY(err, cudaMemcpyAsync(last->host.out_tokens, last->dev.out_tokens,
-                                      sizeof(int32_t) * last->tl.b, cudaMemcpyDeviceToHost, st));
+    uint8_t *out = (uint8_t *)last->tick_mapped +
+                   ((const uint8_t *)last->host.out_tokens - (const uint8_t *)last->tick_pinned);
+    if (memra_copy_words_cuda(out, last->dev.out_tokens, sizeof(int32_t) * last->tl.b, st) !=
+        MEMRA_OK)
+        return MEMRA_FAIL(err, MEMRA_ERR_CUDA, "tier b%u: sampled tokens copy: %s",
+                          be->m->tiers[t], memra_cuda_ops_error());
     return MEMRA_OK;
 fail:
     return rc;
@@ -827,6 +891,7 @@ static void fill_info(memra_cuda_backend *be)
             be->info.launches[t] += plan_at(be, t, s)->plan->n_launches;
             be->info.tick_bytes[t] += plan_at(be, t, s)->plan->stats.weight_bytes_streamed;
         }
+        be->info.launches[t] -= be->info.folded[t];
     }
 }
 
@@ -844,12 +909,13 @@ int memra_cuda_backend_open(const char *plan_dir, const memra_gguf *g, const mem
         be->opts = *o;
     if (be->opts.n_slots == 0 || be->opts.n_slots > MEMRA_SLOT_MAX_SLOTS || be->opts.n_ctx == 0 ||
         be->opts.n_ctx > MEMRA_SLOT_MAX_CTX || be->opts.staging_mib == 0 ||
-        be->opts.staging_mib > 4096 || be->opts.device < 0) {
+        be->opts.staging_mib > 4096 || be->opts.device < 0 || be->opts.fuse < 0 ||
+        be->opts.fuse > 2) {
         rc = MEMRA_FAIL(err, MEMRA_ERR_INVALID_ARG,
                         "n_slots = %u (1..%d), n_ctx = %u (1..%u), "
-                        "staging_mib = %u (1..4096) or device %d out of range",
+                        "staging_mib = %u (1..4096), device %d or fuse %d out of range",
                         be->opts.n_slots, MEMRA_SLOT_MAX_SLOTS, be->opts.n_ctx, MEMRA_SLOT_MAX_CTX,
-                        be->opts.staging_mib, be->opts.device);
+                        be->opts.staging_mib, be->opts.device, be->opts.fuse);
         goto fail;
     }
     MEMRA_TRY(open_device(be, err)); /* first: without a GPU nothing else matters */

@@ -28,9 +28,11 @@
  * One tick (memra_cuda_backend_step): the host checks the inputs, writes each stage's tick
  * block (tokens, positions, sampling params, pointer table: per state region, per row, the
  * device base of that row's slot region; padded rows point at the scratch slot) into pinned
- * memory, launches the tier's graph (first node: the block's host-to-device copy; per stage
- * after the first: the [b, n_embd] boundary copy; last node: the sampled tokens back) and
- * waits for one event. No node is patched, nothing allocated or compiled per tick.
+ * memory, launches the tier's graph (first node: a copy kernel that reads the block from the
+ * mapped pinned memory; per stage after the first: the [b, n_embd] boundary copy; last
+ * node: a copy kernel that writes the sampled tokens back into it: kernel nodes, not memcpy
+ * nodes, because each memcpy node costs ~1 us of cudaGraphLaunch) and waits for one event.
+ * No node is patched, nothing allocated or compiled per tick.
  *
  * Exactness: the graph replays exactly the eager sequence (same args structs, same launch
  * geometry), and stages only move where the residual lives, so graph == eager and two
@@ -71,6 +73,12 @@ typedef struct memra_cuda_opts {
     int pdl;              /* 1 (default): launch PDL-aware kernels (mmvq) with programmatic
                              stream serialization, so their weight prefetch overlaps the
                              previous kernel's tail; 0: plain stream order */
+    int fuse;             /* 1 (default): fold a direct-path mmvq {gate, up} and the
+                             silu_mul_q8 that reads it into one launch (same bytes: the mmvq
+                             quantizes silu(g) * u itself, memra_mmvq_fuse_swiglu) where its
+                             grid of n_ff / 32 CUDA blocks covers every SM (smaller FFNs ran
+                             slower fused: the 0.8b preset's 112 blocks, 1.15 -> 1.22 ms);
+                             2: wherever it applies (tests); 0: never (A/B measurements) */
     int sync_launches;    /* 0 (default); 1: eager ticks synchronize after every launch, so
                              an asynchronous fault names its launch (debugging; slow) */
     uint32_t staging_mib; /* pinned staging chunk of the weight upload, MiB (default 64) */
@@ -151,6 +159,8 @@ typedef struct memra_cuda_info {
     uint32_t n_tiers;
     uint32_t tiers[MEMRA_PLAN_MAX_TIERS];       /* = the manifest's */
     uint32_t launches[MEMRA_PLAN_MAX_TIERS];    /* kernel launches per tick, all stages */
+    uint32_t folded[MEMRA_PLAN_MAX_TIERS];      /* plan launches folded into the one before
+                                                   (opts.fuse), all stages */
     uint32_t graph_nodes[MEMRA_PLAN_MAX_TIERS]; /* nodes of the tier's graph; 0 when eager */
     uint64_t tick_bytes[MEMRA_PLAN_MAX_TIERS];  /* weight bytes streamed per tick (plan stats) */
     float last_tick_ms;                /* device time of the last successful step (CUDA events) */

@@ -282,9 +282,11 @@ size_t memra_kernel_spec_smem(const memra_kernel_spec *spec)
         return 0;
     if (!mmvq_spec_direct(spec))
         return mmvq_spec_staged_smem(spec);
-    /* direct: the most any launch may ask for (each passes its own size) */
+    /* direct: the most any launch may ask for (each passes its own size), fused SwiGLU
+     * epilogue included */
     const size_t d = (size_t)MEMRA_MMVQ_DIRECT_SMEM(MEMRA_MMVQ_DIRECT_MAX_IN(spec->b),
-                                                    mmvq_spec_q6k(spec), spec->b);
+                                                    mmvq_spec_q6k(spec), spec->b) +
+                     MEMRA_MMVQ_SWIGLU_SMEM(spec->b);
     const size_t st = spec->b > 1 ? mmvq_spec_staged_smem(spec) : 0;
     return d > st ? d : st;
 }
@@ -769,6 +771,29 @@ int memra_mmvq_force_rpw(memra_mmvq_launch *L, int rpw, memra_err *err)
     if (rpw < 1)
         return MEMRA_FAIL(err, MEMRA_ERR_INVALID_ARG, "mmvq: %d rows per warp", rpw);
     mmvq_set_rpw(L, mmvq_rows(L), rpw);
+    return MEMRA_OK;
+}
+
+int memra_mmvq_fuse_swiglu(memra_mmvq_launch *L, void *y_q, memra_err *err)
+{
+    const memra_mmvq_params *p = &L->params;
+    const int n = p->out[0].n_out;
+    if (!y_q)
+        return MEMRA_FAIL(err, MEMRA_ERR_INVALID_ARG, "mmvq swiglu: null output");
+    if (p->rpw == 0)
+        return MEMRA_FAIL(err, MEMRA_ERR_UNSUPPORTED, "mmvq swiglu: %s is not a direct launch",
+                          L->key);
+    if (p->n_w != 2 || p->out[1].n_out != n || n % 32 != 0)
+        return MEMRA_FAIL(err, MEMRA_ERR_UNSUPPORTED,
+                          "mmvq swiglu: needs {gate, up} of equal rows, a multiple of 32");
+    for (int i = 0; i < 2; i++)
+        if (p->out[i].mode != MEMRA_MMVQ_STORE || p->out[i].scale)
+            return MEMRA_FAIL(err, MEMRA_ERR_UNSUPPORTED,
+                              "mmvq swiglu: weight %d adds or scales its output", i);
+    L->params.swiglu_q = y_q;
+    L->params.rpw = MEMRA_MMVQ_SWIGLU_RPW;
+    L->grid = (unsigned)(n / 32);
+    L->smem = (unsigned)(MEMRA_MMVQ_DIRECT_SMEM(p->n_in, L->q6k, L->b) + MEMRA_MMVQ_SWIGLU_SMEM(L->b));
     return MEMRA_OK;
 }
 

@@ -130,6 +130,13 @@ int memra_mmvq_prepare(const memra_mmvq_args *args, int sm, int n_sm, int ksplit
  * per warp (params.rpw, >= 1) and its grid. Not a numerical choice. */
 int memra_mmvq_force_rpw(memra_mmvq_launch *L, int rpw, memra_err *err);
 
+/* Folds silu_mul_q8 into a prepared direct launch of {gate, up} (mmvq_params.h swiglu_q):
+ * the launch then writes y_q = q8_1(silu(g) * u) [b, N / 32], the bytes silu_mul_q8 would
+ * write from its g and u, and no longer stores g and u. Needs a direct launch (params.rpw >
+ * 0) of two weights of N rows each, N % 32 == 0, store mode and no scale; else
+ * MEMRA_ERR_UNSUPPORTED and L is unchanged. Sets rows per warp, grid and shared memory. */
+int memra_mmvq_fuse_swiglu(memra_mmvq_launch *L, void *y_q, memra_err *err);
+
 /* Whether mmvq can specialize weight type qt (memra_qtype), and its dot block in elements. */
 int memra_mmvq_supports(int qt);
 int memra_mmvq_dot_elems(int qt);

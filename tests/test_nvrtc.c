@@ -48,7 +48,8 @@ START_TEST(test_key_canonical)
     ck_assert_uint_eq(memra_kernel_spec_smem(&s), MEMRA_MMVQ_SMEM(240));
     /* B = 2 direct-type specializations hold both paths: the larger of the two */
     ck_assert_int_eq(memra_kernel_spec_parse("mmvq:qt=q4_K+q6_K:b=2:sm=90", 0, &s, &e), MEMRA_OK);
-    ck_assert_uint_eq(memra_kernel_spec_smem(&s), MEMRA_MMVQ_DIRECT_SMEM(32768, 1, 2));
+    ck_assert_uint_eq(memra_kernel_spec_smem(&s),
+                      MEMRA_MMVQ_DIRECT_SMEM(32768, 1, 2) + MEMRA_MMVQ_SWIGLU_SMEM(2));
     ck_assert_uint_le(memra_kernel_spec_smem(&s), 227 * 1024);
     ck_assert_int_eq(memra_kernel_spec_parse("mmvq:qt=q4_K:b=3:sm=90", 0, &s, &e), MEMRA_OK);
     ck_assert_uint_eq(memra_kernel_spec_smem(&s), MEMRA_MMVQ_SMEM(144));
@@ -115,8 +116,9 @@ START_TEST(test_source_text)
     ck_assert_ptr_nonnull(strstr(src, "mmvq_main<3, 8, 40, -1, -1>(p)"));
     ck_assert_ptr_nonnull(strstr(src, "memra_mmvq("));
     ck_assert_int_eq(memra_nvrtc_source(&s, src, 10, NULL), MEMRA_ERR_INTERNAL);
-    /* the embedded sources are the four template files */
-    ck_assert_int_eq(memra_nvrtc_n_files, 4);
+    /* the embedded sources are the four template files and kernels/exact_math.h */
+    ck_assert_int_eq(memra_nvrtc_n_files, 5);
+    ck_assert_str_eq(memra_nvrtc_files[4].name, "exact_math.h");
     for (int i = 0; i < memra_nvrtc_n_files; i++)
         ck_assert_msg(strlen(memra_nvrtc_files[i].text) > 500, "%s is short",
                       memra_nvrtc_files[i].name);
@@ -267,6 +269,46 @@ START_TEST(test_mmvq_prepare)
     ck_assert_int_eq(memra_mmvq_prepare(&few, 90, 132, 0, &l, &e), MEMRA_ERR_UNSUPPORTED);
     ck_assert_ptr_nonnull(strstr(e.msg, "B = 1 path"));
     memra_err_clear(&e);
+    /* the fused SwiGLU epilogue: a direct {gate, up} launch of N rows each, N % 32 == 0,
+     * becomes N / 32 CUDA blocks of 8 rows per warp (gate rows in warps 0..3, up in 4..7) */
+    static char yq[64];
+    a = mmvq_args(MEMRA_QT_Q4_K, 4096, 12288, 1);
+    a.n_w = 2;
+    a.out[1] = a.out[0];
+    ck_assert_int_eq(memra_mmvq_prepare(&a, 90, 132, 0, &l, &e), MEMRA_OK);
+    const unsigned unfused_smem = l.smem;
+    ck_assert_int_eq(memra_mmvq_fuse_swiglu(&l, yq, &e), MEMRA_OK);
+    ck_assert_ptr_eq(l.params.swiglu_q, yq);
+    ck_assert_int_eq(l.params.rpw, MEMRA_MMVQ_SWIGLU_RPW);
+    ck_assert_uint_eq(l.grid, 12288 / 32);
+    ck_assert_uint_eq(l.smem, unfused_smem + MEMRA_MMVQ_SWIGLU_SMEM(1));
+    a.b = 2; /* B = 2 direct too */
+    ck_assert_int_eq(memra_mmvq_prepare(&a, 90, 132, 0, &l, &e), MEMRA_OK);
+    ck_assert_int_eq(memra_mmvq_fuse_swiglu(&l, yq, &e), MEMRA_OK);
+    ck_assert_uint_le(l.smem, 227 * 1024);
+    a.b = 3; /* staged: refused, the launch unchanged */
+    ck_assert_int_eq(memra_mmvq_prepare(&a, 90, 132, 0, &l, &e), MEMRA_OK);
+    ck_assert_int_eq(memra_mmvq_fuse_swiglu(&l, yq, &e), MEMRA_ERR_UNSUPPORTED);
+    ck_assert_ptr_null(l.params.swiglu_q);
+    memra_err_clear(&e);
+    a.b = 1;
+    a.out[1].n_out = 12256; /* unequal rows */
+    ck_assert_int_eq(memra_mmvq_prepare(&a, 90, 132, 0, &l, &e), MEMRA_OK);
+    ck_assert_int_eq(memra_mmvq_fuse_swiglu(&l, yq, &e), MEMRA_ERR_UNSUPPORTED);
+    memra_err_clear(&e);
+    a.out[0].n_out = a.out[1].n_out = 12248; /* not a multiple of 32 */
+    ck_assert_int_eq(memra_mmvq_prepare(&a, 90, 132, 0, &l, &e), MEMRA_OK);
+    ck_assert_int_eq(memra_mmvq_fuse_swiglu(&l, yq, &e), MEMRA_ERR_UNSUPPORTED);
+    memra_err_clear(&e);
+    a.out[0].n_out = a.out[1].n_out = 12288;
+    a.out[1].mode = MEMRA_MMVQ_ADD; /* adds into its output */
+    ck_assert_int_eq(memra_mmvq_prepare(&a, 90, 132, 0, &l, &e), MEMRA_OK);
+    ck_assert_int_eq(memra_mmvq_fuse_swiglu(&l, yq, &e), MEMRA_ERR_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(e.msg, "adds or scales"));
+    memra_err_clear(&e);
+    ck_assert_int_eq(memra_mmvq_fuse_swiglu(&l, NULL, &e), MEMRA_ERR_INVALID_ARG);
+    memra_err_clear(&e);
+
     static const int parts[][2] = {{32, 1},   {511, 1},   {512, 1},   {1023, 1}, {1024, 2},
                                    {2048, 4}, {3072, 4},  {4096, 8},  {12288, 8}, {14336, 8}};
     for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)

@@ -39,6 +39,7 @@
 #include <unistd.h>
 
 #include "cuda_util.h"
+#include "silu_mul_q8.h"
 #include "quant.h"
 #include "runtime/nvrtc.h"
 #include "test_util.h"
@@ -711,6 +712,113 @@ START_TEST(test_mmvq_merged)
 }
 END_TEST
 
+/* ------------------------------------- fused SwiGLU -------------------------------------- */
+
+/* A direct {gate, up} launch folded with silu_mul_q8 (memra_mmvq_fuse_swiglu) writes the
+ * bytes memra_silu_mul_q8_ref writes from memra_mmvq_dot's gate and up outputs (memcmp), for
+ * every row of B = 1 and 2, and stores nothing to g and u (left poisoned); a second launch
+ * gives the same bytes. */
+static long swiglu_case(int qt_g, int qt_u, int K, int N)
+{
+    tu_rng rng;
+    tu_rng_seed(&rng, 777u + (unsigned)K + (unsigned)N);
+    const int qt[2] = {qt_g, qt_u}, nb = N / 32;
+    const size_t ab = (size_t)16 * (K / 32) * sizeof(memra_block_q8_1), ob = (size_t)16 * N * 4;
+    float *x = malloc((size_t)16 * K * 4);
+    memra_block_q8_1 *a = malloc(ab);
+    fill_acts(x, 16, K, &rng);
+    for (int b = 0; b < 16; b++)
+        memra_quantize_q8_1(x + (size_t)b * K, a + (size_t)b * (K / 32), K);
+    free(x);
+    const CUdeviceptr da = dalloc(ab), dq = dalloc((size_t)2 * nb * 36 + 64);
+    CU_OK(cuMemcpyHtoD(da, a, ab));
+    memra_mmvq_args args = {.a = dptr(da), .n_in = K, .n_w = 2};
+    CUdeviceptr dw[2], dy[2];
+    float *ref[2], *sabs[2];
+    for (int i = 0; i < 2; i++) {
+        const size_t rb = memra_quant_row_bytes((memra_qtype)qt[i], K);
+        const size_t db = memra_quant_dot_block_bytes((memra_qtype)qt[i]);
+        uint8_t *w = malloc(rb * N);
+        for (size_t off = 0; off < rb * N; off += db)
+            fill_block(qt[i], w + off, db, &rng);
+        ref[i] = malloc(ob), sabs[i] = malloc(ob);
+        ref_job j = {.qt = qt[i], .K = K, .N = N, .w = w, .a = a, .ref = ref[i], .sabs = sabs[i]};
+        cpu_ref(&j);
+        dw[i] = dalloc(rb * N), dy[i] = dalloc(ob);
+        CU_OK(cuMemcpyHtoD(dw[i], w, rb * N));
+        free(w);
+        args.out[i] = (memra_mmvq_out){.w = dptr(dw[i]), .y = dptr(dy[i]), .qtype = qt[i],
+                                       .n_out = N, .row_bytes = rb};
+    }
+    long bad = 0;
+    uint8_t *want = malloc((size_t)2 * nb * 36), *got = malloc((size_t)2 * nb * 36 + 64);
+    float *yb = malloc(ob);
+    for (int B = 1; B <= 2; B++) {
+        memra_silu_mul_q8_args sm = {.b = B, .n_slots = 1};
+        sm.slot[0] = (memra_silu_mul_q8_slot){.g = ref[0], .u = ref[1], .y_q = want, .n = N, .m = 1};
+        ck_assert_int_eq(memra_silu_mul_q8_ref(&sm), MEMRA_OK);
+        args.b = B;
+        memra_mmvq_launch L;
+        memra_err e;
+        memra_err_clear(&e);
+        ck_assert_msg(memra_mmvq_prepare(&args, G.sm, 0, 0, &L, &e) == MEMRA_OK, "%s", e.msg);
+        ck_assert_msg(memra_mmvq_fuse_swiglu(&L, dptr(dq), &e) == MEMRA_OK, "%s", e.msg);
+        CUfunction f = kernel(L.key);
+        void *params[] = {&L.params};
+        for (int run = 0; run < 2; run++) {
+            CU_OK(cuMemsetD8(dq, 0xAB, (size_t)2 * nb * 36 + 64));
+            for (int i = 0; i < 2; i++)
+                CU_OK(cuMemsetD8(dy[i], 0xCD, ob));
+            CU_OK(cuLaunchKernel(f, L.grid, 1, 1, L.threads, 1, 1, L.smem, G.st, params, NULL));
+            CU_OK(cuStreamSynchronize(G.st));
+            CU_OK(cuMemcpyDtoH(got, dq, (size_t)2 * nb * 36 + 64));
+            for (int k = 0; k < B * nb; k++)
+                if (memcmp(got + (size_t)k * 36, want + (size_t)k * 36, 36) && bad++ < 6)
+                    printf("  FAIL swiglu K=%d N=%d B=%d run %d: q8_1 block %d differs\n", K, N,
+                           B, run, k);
+            for (size_t k = (size_t)B * nb * 36; k < (size_t)2 * nb * 36 + 64; k++)
+                if (got[k] != 0xAB && bad++ < 6)
+                    printf("  FAIL swiglu K=%d N=%d B=%d: byte %zu past the output written\n", K,
+                           N, B, k);
+            for (int i = 0; i < 2; i++) {
+                CU_OK(cuMemcpyDtoH(yb, dy[i], ob));
+                for (size_t k = 0; k < ob; k++)
+                    if (((uint8_t *)yb)[k] != 0xCD) {
+                        if (bad++ < 6)
+                            printf("  FAIL swiglu K=%d N=%d B=%d: weight %d output written\n",
+                                   K, N, B, i);
+                        break;
+                    }
+            }
+        }
+    }
+    printf("TABLE|mmvq fused swiglu %s+%s K=%d N=%d B=1..2: %s\n",
+           memra_qtype_get((uint32_t)qt_g)->name, memra_qtype_get((uint32_t)qt_u)->name, K, N,
+           bad ? "FAIL" : "ok");
+    for (int i = 0; i < 2; i++) {
+        CU_OK(cuMemFree(dw[i]));
+        CU_OK(cuMemFree(dy[i]));
+        free(ref[i]), free(sabs[i]);
+    }
+    CU_OK(cuMemFree(da));
+    CU_OK(cuMemFree(dq));
+    free(a), free(want), free(got), free(yb);
+    return bad;
+}
+
+START_TEST(test_mmvq_swiglu)
+{
+    GPU_OR_SKIP();
+    BENCH_ONLY_SKIP();
+    long bad = 0;
+    bad += swiglu_case(MEMRA_QT_Q4_K, MEMRA_QT_Q4_K, 4096, 1024); /* the 9b FFN's K, 32 blocks */
+    bad += swiglu_case(MEMRA_QT_Q4_K, MEMRA_QT_Q6_K, 2816, 352); /* q6_K rows 2-byte aligned */
+    bad += swiglu_case(MEMRA_QT_Q6_K, MEMRA_QT_Q6_K, 1024, 32);  /* one CUDA block */
+    bad += swiglu_case(MEMRA_QT_Q4_K, MEMRA_QT_Q4_K, 12288, 96); /* long rows: 2 staged rows */
+    ck_assert_msg(bad == 0, "fused swiglu: %ld wrong", bad);
+}
+END_TEST
+
 /* ------------------------------------- q8_1 quantizer ------------------------------------- */
 
 /* x [rows, n] with the cases spec §6.3 names: zeros, exact ties (amax 127 so d = 1), a
@@ -1189,6 +1297,7 @@ Suite *make_mmvq_gpu_suite(void)
     tcase_add_test(tc, test_quantize_q8_1_bytes);
     tcase_add_loop_test(tc, test_mmvq_qtype, 0, N_TYPES);
     tcase_add_test(tc, test_mmvq_merged);
+    tcase_add_test(tc, test_mmvq_swiglu);
     tcase_add_test(tc, test_bandwidth);
     suite_add_tcase(s, tc);
     return s;

@@ -1111,6 +1111,11 @@ START_TEST(test_gdn_step)
      *   <2,8,8>: dk256-dv128 b 16 (above): split 2; b 20, b 40: split 1, 2 tasks per warp;
      *     dk256 b 40: split 1
      *   <2,4,4>: dk256 b 80: 4 warps
+     * Then the same kernels under memra_gdn_step_cuda_tune (a test and measurement hook):
+     * split 4 forced on 9b b 1 (3 steps), qwen3next b 1, 0.8b b 1, dk256-dv128 b 1 and
+     * dv256-grouped b 5; split 2 on 9b b 2 (3 steps), 0.8b b 3, 27b b 1, dk256 b 2 (3 steps)
+     * and 9b b 16 (4-warp CTAs, 2 tasks per warp: a split the launcher never picks); the bulk
+     * L2 prefetch forced on for 9b b 16 (the launcher leaves it off for 4-warp CTAs).
      * The bytes are the CPU's on every path. */
     gdn_case_run(&k_gdn_shapes[0], 2, 1, &r);
     gdn_case_run(&k_gdn_shapes[0], 5, 1, &r);
@@ -1129,6 +1134,21 @@ START_TEST(test_gdn_step)
     gdn_case_run(&k_gdn_shapes[10], 20, 1, &r);
     gdn_case_run(&k_gdn_shapes[10], 40, 1, &r);
     gdn_case_run(&k_gdn_shapes[11], 40, 1, &r);
+    memra_gdn_step_cuda_tune(4, -1);
+    gdn_case_run(&k_gdn_shapes[0], 1, 3, &r);
+    gdn_case_run(&k_gdn_shapes[3], 1, 1, &r);
+    gdn_case_run(&k_gdn_shapes[1], 1, 1, &r);
+    gdn_case_run(&k_gdn_shapes[10], 1, 1, &r);
+    gdn_case_run(&k_gdn_shapes[11], 5, 1, &r);
+    memra_gdn_step_cuda_tune(2, -1);
+    gdn_case_run(&k_gdn_shapes[0], 2, 3, &r);
+    gdn_case_run(&k_gdn_shapes[1], 3, 1, &r);
+    gdn_case_run(&k_gdn_shapes[2], 1, 1, &r);
+    gdn_case_run(&k_gdn_shapes[4], 2, 3, &r);
+    gdn_case_run(&k_gdn_shapes[0], 16, 1, &r);
+    memra_gdn_step_cuda_tune(0, 1);
+    gdn_case_run(&k_gdn_shapes[0], 16, 2, &r);
+    memra_gdn_step_cuda_tune(0, -1);
 }
 END_TEST
 
@@ -1427,7 +1447,8 @@ static void time_attn_decode(int b, int ctx, int kv, int max_split, tu_rng *r)
     teardown_allocs();
 }
 
-static void time_gdn(int b, tu_rng *r)
+/* split / bulk: memra_gdn_step_cuda_tune (0 / -1: the launcher's choice) */
+static void time_gdn(int b, int split, int bulk, tu_rng *r)
 {
     const int hk = 16, hv = 32, dk = 128, dv = 128, K = 4, cv = hv * dv, cc = 2 * hk * dk + cv; /* qwen35-9b */
     enum { SETS = 4 }; /* rotate 4 state sets: 4 x 32 MiB at b = 16 exceeds the 60 MB L2 */
@@ -1455,9 +1476,13 @@ static void time_gdn(int b, tu_rng *r)
                              .head_map = MEMRA_GDN_HEADS_TILED, .b = b, .eps = 1e-6f};
     int set = 0;
     double us;
+    memra_gdn_step_cuda_tune(split, bulk);
     TIME_OP((a.ssm_state = st[set % SETS], a.conv_state = ct[set++ % SETS], memra_gdn_step_cuda(&a, 0)), 20, us);
-    char what[64];
-    snprintf(what, sizeof what, "gdn_step 9b b=%d (state read+write)", b);
+    memra_gdn_step_cuda_tune(0, -1);
+    char what[80];
+    snprintf(what, sizeof what, "gdn_step 9b b=%d split=%s bulk=%s (state read+write)", b,
+             split ? (split == 1 ? "1" : split == 2 ? "2" : "4") : "auto",
+             bulk < 0 ? "auto" : bulk ? "on" : "off");
     report(what, us, 2.0 * (double)sb * b);
     teardown_allocs();
 }
@@ -1540,10 +1565,14 @@ START_TEST(test_timing)
     time_attn_decode(16, 32768, MEMRA_QT_Q8_0, 32, &r);
     time_attn_decode(1, 32768, MEMRA_QT_F16, 128, &r);
     time_attn_decode(16, 4096, MEMRA_QT_F16, 32, &r);
-    time_gdn(16, &r);
-    time_gdn(4, &r);
-    time_gdn(2, &r); /* heads split in 2 (gdn_step.cu) */
-    time_gdn(1, &r); /* heads split in 4 */
+    /* gdn_step: the launcher's choice, then each split with the bulk prefetch on / off */
+    static const int gdn_b[5] = {1, 2, 4, 8, 16};
+    for (int i = 0; i < 5; i++) {
+        time_gdn(gdn_b[i], 0, -1, &r);
+        for (int sp = 1; sp <= 4; sp *= 2)
+            for (int bulk = 0; bulk <= 1; bulk++)
+                time_gdn(gdn_b[i], sp, bulk, &r);
+    }
     time_small_ops(&r);
     time_prep_sample(&r);
 }
