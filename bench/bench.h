@@ -87,7 +87,8 @@ typedef struct memra_bench_case {
     uint64_t bytes;         /* their sum */
     double gbs;             /* bytes / median */
     double frac_bw;         /* gbs / the measured copy bandwidth */
-    uint32_t launches;      /* kernel launches per tick (plans of all stages) */
+    uint32_t launches;      /* kernel launches per tick (plans of all stages, less the
+                               launches the CUDA backend folds into the one before) */
     uint32_t graph_nodes;   /* nodes of the replayed graph; 0 when eager */
     int isolation;          /* 1: every row bit-identical to tier 1; 0: not; -1: not checked */
     uint32_t rows_differ;   /* rows whose logits differ from tier 1 */

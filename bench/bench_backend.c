@@ -229,6 +229,21 @@ uint32_t bench_be_graph_nodes(const bench_be *b, uint32_t tier)
     return 0;
 }
 
+uint32_t bench_be_launches(const bench_be *b, uint32_t tier, uint32_t plan_launches)
+{
+#ifdef MEMRA_BENCH_WITH_CUDA
+    if (b->cuda) {
+        const memra_cuda_info *in = memra_cuda_backend_info(b->cuda);
+        for (uint32_t t = 0; t < in->n_tiers; t++)
+            if (in->tiers[t] == tier)
+                return in->launches[t];
+    }
+#endif
+    (void)b;
+    (void)tier;
+    return plan_launches;
+}
+
 int bench_be_copy_bw(memra_bench_backend kind, int device, uint64_t bytes, uint32_t reps,
                      double *best_gbs, double *median_gbs, char *method, size_t method_n,
                      memra_err *err)

@@ -79,6 +79,9 @@ int bench_be_logits(bench_be *b, uint32_t row, uint32_t n_rows, float *dst, memr
 void bench_be_device(const bench_be *b, char *buf, size_t n);
 /* Nodes of tier's replayed graph (0 when eager or on the CPU). */
 uint32_t bench_be_graph_nodes(const bench_be *b, uint32_t tier);
+/* Kernel launches per tick at tier: the CUDA backend's (the plan's less the launches it
+ * folds into the one before, memra_cuda_info.launches), else plan_launches. */
+uint32_t bench_be_launches(const bench_be *b, uint32_t tier, uint32_t plan_launches);
 /* How host_us is measured, for the report. */
 const char *bench_be_host_method(memra_bench_backend kind);
 const char *bench_be_name(memra_bench_backend kind);
