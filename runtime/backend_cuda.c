@@ -92,7 +92,8 @@ static const run_fn k_run[MEMRA_OP_COUNT] = {
 
 typedef struct cuda_launch {
     uint32_t op;
-    int folded;           /* its work is done by the launch before it (fold_swiglu): skipped */
+    int folded;           /* its work is done by the launch before it (fold_swiglu,
+                             fold_norm): skipped */
     memra_op_args a;      /* bound args: device pointers */
     CUfunction fn;        /* mmvq: the NVRTC specialization */
     memra_mmvq_launch ml; /* mmvq: geometry and the kernel's parameter block */
@@ -110,6 +111,8 @@ typedef struct cuda_plan {
                               (UINT32_MAX: none yet): fill_tick rewrites a row's
                               n_states addresses only when its slot changes */
     void *tick_dev;        /* tl.bytes of device memory (owned) */
+    unsigned *tickets;     /* [n_launches] device counters of folded norms (owned; zero between
+                              launches), NULL when none is folded */
     memra_tick dev;        /* views of tick_dev: device addresses, for binding only */
     const void **wdev;     /* [n_weights] device address of each plan weight */
     cuda_launch *launches; /* [n_launches] */
@@ -655,7 +658,7 @@ static uint32_t fold_swiglu(cuda_plan *cp, int fuse, int n_sm)
     uint32_t n = 0;
     for (uint32_t i = 0; i + 1 < p->n_launches; i++) {
         cuda_launch *L = &cp->launches[i], *S = &cp->launches[i + 1];
-        if (L->op != MEMRA_OP_MMVQ || S->op != MEMRA_OP_SILU_MUL_Q8 || L->folded)
+        if (L->op != MEMRA_OP_MMVQ || S->op != MEMRA_OP_SILU_MUL_Q8)
             continue;
         const memra_silu_mul_q8_args *sm = &S->a.silu_mul_q8;
         const memra_mmvq_params *mp = &L->ml.params;
@@ -663,10 +666,10 @@ static uint32_t fold_swiglu(cuda_plan *cp, int fuse, int n_sm)
         const memra_plan_arg *u = &p->launches[i + 1].args[MEMRA_SILU_MUL_Q8_U0];
         if (sm->n_slots != 1 || sm->slot[0].m != 1 || sm->b != L->ml.b || mp->n_w != 2 ||
             sm->slot[0].g != mp->out[0].y || sm->slot[0].u != mp->out[1].y ||
-            sm->slot[0].n != mp->out[0].n_out || (fuse == 1 && sm->slot[0].n / 32 < n_sm) ||
-            g->kind != MEMRA_ARG_BUF ||
-            u->kind != MEMRA_ARG_BUF || buf_used_elsewhere(p, i, g->index) ||
-            buf_used_elsewhere(p, i, u->index))
+            sm->slot[0].n != mp->out[0].n_out || (fuse == 1 && sm->slot[0].n / 32 < n_sm))
+            continue;
+        if (g->kind != MEMRA_ARG_BUF || u->kind != MEMRA_ARG_BUF ||
+            buf_used_elsewhere(p, i, g->index) || buf_used_elsewhere(p, i, u->index))
             continue;
         memra_mmvq_launch fused = L->ml;
         if (memra_mmvq_fuse_swiglu(&fused, sm->slot[0].y_q, NULL) != MEMRA_OK)
@@ -678,9 +681,45 @@ static uint32_t fold_swiglu(cuda_plan *cp, int fuse, int n_sm)
     return n;
 }
 
+/* opts.fold_norm: an mmvq of one weight on the direct path followed by the rms_norm_q8 of its
+ * output becomes one launch: its last CUDA block writes the norm's q8_1 (and f32) output
+ * itself (memra_mmvq_fuse_norm: the same bytes; a device counter per launch, cp->tickets,
+ * tells it that it is last) and the rms_norm_q8 launch is skipped. Adds the folds to *count. */
+static int fold_norm(cuda_plan *cp, uint32_t *count, memra_err *err)
+{
+    int rc = MEMRA_OK;
+    const memra_plan *p = cp->plan;
+    for (uint32_t i = 0; i + 1 < p->n_launches; i++) {
+        cuda_launch *L = &cp->launches[i], *N = &cp->launches[i + 1];
+        if (L->op != MEMRA_OP_MMVQ || N->op != MEMRA_OP_RMS_NORM_Q8)
+            continue;
+        const memra_rms_norm_q8_args *rn = &N->a.rms_norm_q8;
+        const memra_mmvq_params *mp = &L->ml.params;
+        if (mp->n_w != 1 || rn->x != mp->out[0].y || rn->n != mp->out[0].n_out ||
+            rn->b != L->ml.b)
+            continue;
+        if (!cp->tickets) {
+            const size_t bytes = sizeof(unsigned) * p->n_launches;
+            MEMRA_RT_TRY(err, cudaMalloc((void **)&cp->tickets, bytes));
+            MEMRA_RT_TRY(err, cudaMemset(cp->tickets, 0, bytes));
+        }
+        memra_mmvq_launch fused = L->ml;
+        if (memra_mmvq_fuse_norm(&fused, rn->w, rn->y_q, rn->y_f32, rn->eps, cp->tickets + i,
+                                 NULL) != MEMRA_OK)
+            continue;
+        L->ml = fused;
+        N->folded = 1;
+        (*count)++;
+    }
+    return MEMRA_OK;
+fail:
+    return rc;
+}
+
 /* Bind and check every launch of plan (t, s). */
 static int bind_plan(memra_cuda_backend *be, uint32_t t, uint32_t s, memra_err *err)
 {
+    int rc = MEMRA_OK;
     cuda_plan *cp = plan_at(be, t, s);
     const memra_plan *p = cp->plan;
     cp->launches = calloc(p->n_launches ? p->n_launches : 1, sizeof *cp->launches);
@@ -707,15 +746,19 @@ static int bind_plan(memra_cuda_backend *be, uint32_t t, uint32_t s, memra_err *
         if (why)
             return MEMRA_FAIL(err, MEMRA_ERR_PLAN, "plan b%u s%u launch %u (%s): %s", p->tier,
                               p->stage, i, memra_op_get(l->op)->name, why);
-        if (l->op == MEMRA_OP_MMVQ) {
-            int rc = bind_mmvq_launch(be, p, i, L, err);
-            if (rc != MEMRA_OK)
-                return rc;
-        }
+        if (l->op == MEMRA_OP_MMVQ)
+            MEMRA_TRY(bind_mmvq_launch(be, p, i, L, err));
     }
     if (be->opts.fuse)
         be->info.folded[t] += fold_swiglu(cp, be->opts.fuse, be->info.n_sm);
+    if (be->opts.fold_norm) {
+        const uint32_t n0 = be->info.folded_norms[t];
+        MEMRA_TRY(fold_norm(cp, &be->info.folded_norms[t], err));
+        be->info.folded[t] += be->info.folded_norms[t] - n0;
+    }
     return MEMRA_OK;
+fail:
+    return rc;
 }
 
 /* ================================ enqueue and capture ================================ */
@@ -910,12 +953,14 @@ int memra_cuda_backend_open(const char *plan_dir, const memra_gguf *g, const mem
     if (be->opts.n_slots == 0 || be->opts.n_slots > MEMRA_SLOT_MAX_SLOTS || be->opts.n_ctx == 0 ||
         be->opts.n_ctx > MEMRA_SLOT_MAX_CTX || be->opts.staging_mib == 0 ||
         be->opts.staging_mib > 4096 || be->opts.device < 0 || be->opts.fuse < 0 ||
-        be->opts.fuse > 2) {
+        be->opts.fuse > 2 || be->opts.fold_norm < 0 || be->opts.fold_norm > 1) {
         rc = MEMRA_FAIL(err, MEMRA_ERR_INVALID_ARG,
                         "n_slots = %u (1..%d), n_ctx = %u (1..%u), "
-                        "staging_mib = %u (1..4096), device %d or fuse %d out of range",
+                        "staging_mib = %u (1..4096), device %d, fuse %d or fold_norm %d out "
+                        "of range",
                         be->opts.n_slots, MEMRA_SLOT_MAX_SLOTS, be->opts.n_ctx, MEMRA_SLOT_MAX_CTX,
-                        be->opts.staging_mib, be->opts.device, be->opts.fuse);
+                        be->opts.staging_mib, be->opts.device, be->opts.fuse,
+                        be->opts.fold_norm);
         goto fail;
     }
     MEMRA_TRY(open_device(be, err)); /* first: without a GPU nothing else matters */
@@ -969,6 +1014,8 @@ static void free_plan(cuda_plan *cp)
         cudaFreeHost(cp->tick_pinned);
     if (cp->tick_dev)
         cudaFree(cp->tick_dev);
+    if (cp->tickets)
+        cudaFree(cp->tickets);
     free((void *)cp->wdev);
     free(cp->launches);
     free(cp->region_map);
@@ -1222,7 +1269,12 @@ static int tick_failed(memra_cuda_backend *be, const memra_cuda_step *st, uint32
     for (uint32_t r = 0; r < st->n_rows; r++)
         be->sessions[st->sessions[r]].failed = 1;
     (void)cudaGetLastError();
-    const cudaError_t probe = cudaDeviceSynchronize();
+    cudaError_t probe = cudaDeviceSynchronize();
+    /* a folded norm's launch that did not finish may have left its counter above zero */
+    for (uint32_t i = 0; probe == cudaSuccess && i < be->n_tiers * be->n_stages; i++)
+        if (be->plans[i].tickets)
+            probe = cudaMemset(be->plans[i].tickets, 0,
+                               sizeof(unsigned) * be->plans[i].plan->n_launches);
     if (probe != cudaSuccess) {
         be->poisoned = 1;
         snprintf(be->poison_msg, sizeof be->poison_msg, "%s at tick %llu, tier b%u",
