@@ -436,6 +436,51 @@ static void check_direct_split(const memra_plan *p)
     }
 }
 
+/* Whether a launch of p other than i and i + 1 names arena buffer buf. */
+static int buf_named_elsewhere(const memra_plan *p, uint32_t i, uint32_t buf)
+{
+    for (uint32_t j = 0; j < p->n_launches; j++)
+        for (uint32_t k = 0; j != i && j != i + 1 && k < p->launches[j].n_args; k++)
+            if (p->launches[j].args[k].kind == MEMRA_ARG_BUF && p->launches[j].args[k].index == buf)
+                return 1;
+    return 0;
+}
+
+/* The launch pairs the CUDA backend folds (runtime/backend_cuda.c fold_swiglu, fold_norm) are
+ * there in the plans' order: every dense FFN's silu_mul_q8 right after the mmvq {gate, up}
+ * that writes its g and u, which no other launch names; every rms_norm_q8 but the first (after
+ * embed) right after the one-weight mmvq that writes its input (the residual projection).
+ * A planner change that moves them apart would silently cost the folds. */
+static void check_fold_pairs(const memra_plan *p, uint32_t n_layer)
+{
+    uint32_t swiglu = 0, norms = 0, norms_after_mmvq = 0;
+    for (uint32_t i = 1; i < p->n_launches; i++) {
+        const memra_plan_launch *prev = &p->launches[i - 1], *l = &p->launches[i];
+        if (l->op == MEMRA_OP_SILU_MUL_Q8 && l->args[MEMRA_SILU_MUL_Q8_G1].kind == MEMRA_ARG_NONE) {
+            const uint32_t g = l->args[MEMRA_SILU_MUL_Q8_G0].index;
+            const uint32_t u = l->args[MEMRA_SILU_MUL_Q8_U0].index;
+            ck_assert_msg(prev->op == MEMRA_OP_MMVQ, "launch %u: silu_mul_q8 after op %u", i, prev->op);
+            ck_assert_uint_eq(prev->args[MEMRA_MMVQ_OUT0].index, g);
+            ck_assert_uint_eq(prev->args[MEMRA_MMVQ_OUT1].index, u);
+            ck_assert_uint_eq(prev->args[MEMRA_MMVQ_W2].kind, MEMRA_ARG_NONE);
+            ck_assert(!buf_named_elsewhere(p, i - 1, g) && !buf_named_elsewhere(p, i - 1, u));
+            swiglu++;
+        }
+        if (l->op == MEMRA_OP_RMS_NORM_Q8) {
+            norms++;
+            if (prev->op == MEMRA_OP_MMVQ) {
+                ck_assert_uint_eq(prev->args[MEMRA_MMVQ_W1].kind, MEMRA_ARG_NONE);
+                ck_assert_uint_eq(prev->args[MEMRA_MMVQ_OUT0].index,
+                                  l->args[MEMRA_RMS_NORM_Q8_X].index);
+                norms_after_mmvq++;
+            }
+        }
+    }
+    ck_assert_uint_eq(swiglu, n_layer);          /* tiny: every FFN dense */
+    ck_assert_uint_eq(norms, 2 * n_layer + 1); /* two per layer and the output norm */
+    ck_assert_uint_eq(norms_after_mmvq, 2 * n_layer); /* all but the first, after embed */
+}
+
 START_TEST(test_tiny_tiers)
 {
     static const uint32_t tiers[] = {1, 2, 4, 8, 12, 16};
@@ -479,6 +524,7 @@ START_TEST(test_tiny_tiers)
         }
         if ((int)tiers[t] <= memra_mmvq_direct_max_b())
             check_direct_split(p);
+        check_fold_pairs(p, 8);
         check_resolved(p);
         memra_plan_free(p);
     }
