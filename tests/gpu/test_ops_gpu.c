@@ -1612,6 +1612,52 @@ START_TEST(test_synth_fill)
 }
 END_TEST
 
+/* ==================================== copy_words ==================================== */
+
+/* The CUDA backend's tick-block copies (memra_copy_words_cuda): mapped pinned host memory to
+ * the device and back, device to device, over one word, a partial CUDA block, and more words
+ * than the grid covers at once (the grid-stride loop); the bytes past the copy untouched;
+ * refusals of odd sizes, misaligned and null pointers. */
+START_TEST(test_copy_words)
+{
+    GPU_OR_SKIP();
+    static const size_t sizes[] = {4, 4100, (size_t)4 << 20};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        const size_t n = sizes[i];
+        uint32_t *src = NULL, *dst = NULL;
+        CK_CUDA(cudaHostAlloc((void **)&src, n + 64, cudaHostAllocMapped));
+        CK_CUDA(cudaHostAlloc((void **)&dst, n + 64, cudaHostAllocMapped));
+        for (size_t k = 0; k < (n + 64) / 4; k++)
+            src[k] = (uint32_t)(k * 2654435761u);
+        memset(dst, 0xA5, n + 64);
+        void *msrc = NULL, *mdst = NULL;
+        CK_CUDA(cudaHostGetDevicePointer(&msrc, src, 0));
+        CK_CUDA(cudaHostGetDevicePointer(&mdst, dst, 0));
+        uint8_t *d1 = dalloc(n + 64), *d2 = dalloc(n + 64);
+        CK_CUDA(cudaMemset(d2, 0x5A, n + 64));
+        CK_OP(memra_copy_words_cuda(d1, msrc, n, 0));  /* host -> device */
+        CK_OP(memra_copy_words_cuda(d2, d1, n, 0));    /* device -> device */
+        CK_OP(memra_copy_words_cuda(mdst, d2, n, 0));  /* device -> host */
+        CK_CUDA(cudaDeviceSynchronize());
+        ck_assert_msg(memcmp(dst, src, n) == 0, "copy_words: %zu bytes differ after the round trip", n);
+        for (size_t k = n; k < n + 64; k++)
+            ck_assert_msg(((uint8_t *)dst)[k] == 0xA5, "copy_words: byte %zu past %zu written", k, n);
+        uint8_t tail[64];
+        d2h(tail, d2 + n, 64);
+        for (size_t k = 0; k < 64; k++)
+            ck_assert_msg(tail[k] == 0x5A, "copy_words: device byte %zu past %zu written", n + k, n);
+        CK_CUDA(cudaFreeHost(src));
+        CK_CUDA(cudaFreeHost(dst));
+    }
+    uint8_t *d = dalloc(64);
+    ck_assert_int_eq(memra_copy_words_cuda(d, d + 32, 6, 0), MEMRA_ERR_INVALID_ARG);
+    ck_assert_int_eq(memra_copy_words_cuda(d + 2, d + 32, 8, 0), MEMRA_ERR_INVALID_ARG);
+    ck_assert_int_eq(memra_copy_words_cuda(d, d + 34, 8, 0), MEMRA_ERR_INVALID_ARG);
+    ck_assert_int_eq(memra_copy_words_cuda(NULL, d, 8, 0), MEMRA_ERR_INVALID_ARG);
+    ck_assert_int_eq(memra_copy_words_cuda(d, d + 32, 0, 0), MEMRA_OK);
+}
+END_TEST
+
 Suite *make_ops_gpu_suite(void)
 {
     Suite *s = suite_create("ops_gpu");
@@ -1625,6 +1671,7 @@ Suite *make_ops_gpu_suite(void)
     GPU_ADD_CASE(s, "sample", test_sample, test_sample_draws, test_sample_edges);
     GPU_ADD_CASE(s, "exact_math", test_exact_math_gpu);
     GPU_ADD_CASE(s, "synth_fill", test_synth_fill);
+    GPU_ADD_CASE(s, "copy_words", test_copy_words);
     GPU_ADD_CASE(s, "timing", test_timing);
     return s;
 }
