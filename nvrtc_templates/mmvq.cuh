@@ -1267,8 +1267,10 @@ MEMRA_DEV void direct_main(const memra_mmvq_params &p, u8 *smem)
     const int nst = nr * rounds; /* stages of this warp: (row, round) in order */
     u8 *act = smem;
     u8 *ring = smem + B * MEMRA_MMVQ_ACT_BYTES(p.n_in) + warp * NST * SB;
-    /* fused SwiGLU: [B][64] outputs of the CUDA block (32 gate, then 32 up), after the rings */
-    float *pair = (float *)(smem + B * MEMRA_MMVQ_ACT_BYTES(p.n_in) + MMVQ_WARPS * NST * SB);
+    /* a fold's shared memory, after the rings: the fused SwiGLU's [B][64] outputs of the CUDA
+     * block (32 gate, then 32 up), or the folded norm's sums */
+    u8 *epi = smem + B * MEMRA_MMVQ_ACT_BYTES(p.n_in) + MMVQ_WARPS * NST * SB;
+    float *pair = (float *)epi;
 
     /* stage k: round k % rounds of row r0 + k / rounds (an empty group past the end), from the
      * 16-byte unit holding its first byte; a unit past the weight's end copies only its bytes */
@@ -1353,7 +1355,7 @@ MEMRA_DEV void direct_main(const memra_mmvq_params &p, u8 *smem)
         }
     }
     if (p.norm_q)
-        norm_fold<B>(p, (double *)(smem + B * MEMRA_MMVQ_ACT_BYTES(p.n_in) + MMVQ_WARPS * NST * SB));
+        norm_fold<B>(p, (double *)epi);
     if (swiglu) { /* silu_mul_q8's arithmetic on the block's 32 (g, u) pairs of each row */
         __syncthreads();
         if (warp < B) {

@@ -92,8 +92,7 @@ static const run_fn k_run[MEMRA_OP_COUNT] = {
 
 typedef struct cuda_launch {
     uint32_t op;
-    int folded;           /* its work is done by the launch before it (fold_swiglu,
-                             fold_norm): skipped */
+    int folded;           /* its work is done by the launch before it (fold_pairs): skipped */
     memra_op_args a;      /* bound args: device pointers */
     CUfunction fn;        /* mmvq: the NVRTC specialization */
     memra_mmvq_launch ml; /* mmvq: geometry and the kernel's parameter block */
@@ -632,84 +631,61 @@ fail:
     return rc;
 }
 
-/* Whether a launch of p other than i and i + 1 names arena buffer `buf`. */
-static int buf_used_elsewhere(const memra_plan *p, uint32_t i, uint32_t buf)
-{
-    for (uint32_t j = 0; j < p->n_launches; j++) {
-        if (j == i || j == i + 1)
-            continue;
-        const memra_plan_launch *l = &p->launches[j];
-        for (uint32_t k = 0; k < l->n_args; k++)
-            if (l->args[k].kind == MEMRA_ARG_BUF && l->args[k].index == buf)
-                return 1;
-    }
-    return 0;
-}
-
-/* opts.fuse: an mmvq {gate, up} on the direct path followed by the silu_mul_q8 that reads
- * its two outputs, which nothing else in the plan names, becomes one launch (fuse 1: when
- * its n_ff / 32 CUDA blocks are at least the SMs; 2: always): the mmvq writes
- * silu_mul_q8's q8_1 output itself (memra_mmvq_fuse_swiglu: the same bytes) and the
- * silu_mul_q8 launch is skipped. Any condition unmet (staged tiers, other shapes, a plan
- * variant that reads g or u elsewhere) leaves both launches as planned. Returns the count. */
-static uint32_t fold_swiglu(cuda_plan *cp, int fuse, int n_sm)
-{
-    const memra_plan *p = cp->plan;
-    uint32_t n = 0;
-    for (uint32_t i = 0; i + 1 < p->n_launches; i++) {
-        cuda_launch *L = &cp->launches[i], *S = &cp->launches[i + 1];
-        if (L->op != MEMRA_OP_MMVQ || S->op != MEMRA_OP_SILU_MUL_Q8)
-            continue;
-        const memra_silu_mul_q8_args *sm = &S->a.silu_mul_q8;
-        const memra_mmvq_params *mp = &L->ml.params;
-        const memra_plan_arg *g = &p->launches[i + 1].args[MEMRA_SILU_MUL_Q8_G0];
-        const memra_plan_arg *u = &p->launches[i + 1].args[MEMRA_SILU_MUL_Q8_U0];
-        if (sm->n_slots != 1 || sm->slot[0].m != 1 || sm->b != L->ml.b || mp->n_w != 2 ||
-            sm->slot[0].g != mp->out[0].y || sm->slot[0].u != mp->out[1].y ||
-            sm->slot[0].n != mp->out[0].n_out || (fuse == 1 && sm->slot[0].n / 32 < n_sm))
-            continue;
-        if (g->kind != MEMRA_ARG_BUF || u->kind != MEMRA_ARG_BUF ||
-            buf_used_elsewhere(p, i, g->index) || buf_used_elsewhere(p, i, u->index))
-            continue;
-        memra_mmvq_launch fused = L->ml;
-        if (memra_mmvq_fuse_swiglu(&fused, sm->slot[0].y_q, NULL) != MEMRA_OK)
-            continue;
-        L->ml = fused;
-        S->folded = 1;
-        n++;
-    }
-    return n;
-}
-
-/* opts.fold_norm: an mmvq of one weight on the direct path followed by the rms_norm_q8 of its
- * output becomes one launch: its last CUDA block writes the norm's q8_1 (and f32) output
- * itself (memra_mmvq_fuse_norm: the same bytes; a device counter per launch, cp->tickets,
- * tells it that it is last) and the rms_norm_q8 launch is skipped. Adds the folds to *count. */
-static int fold_norm(cuda_plan *cp, uint32_t *count, memra_err *err)
+/* Launch pairs of a bound plan that become one launch (the second is skipped, the first
+ * writes its output too, the same bytes). Both need the direct mmvq path (tiers 1-2):
+ *  - opts.fuse: an mmvq {gate, up} and the silu_mul_q8 that reads its two outputs, which no
+ *    other launch names (memra_mmvq_fuse_swiglu; fuse 1: when its n_ff / 32 CUDA blocks are
+ *    at least the SMs, 2: always);
+ *  - opts.fold_norm: an mmvq of one weight and the rms_norm_q8 of its output
+ *    (memra_mmvq_fuse_norm: the launch's last CUDA block runs the norm; a device counter per
+ *    launch, cp->tickets, tells it that it is last).
+ * Any condition unmet (staged tiers, other shapes, a plan variant that reads g or u
+ * elsewhere) leaves the launches as planned. Counts the folds into info.folded[t] and the
+ * norms among them into info.folded_norms[t]. */
+static int fold_pairs(memra_cuda_backend *be, cuda_plan *cp, uint32_t t, memra_err *err)
 {
     int rc = MEMRA_OK;
     const memra_plan *p = cp->plan;
     for (uint32_t i = 0; i + 1 < p->n_launches; i++) {
         cuda_launch *L = &cp->launches[i], *N = &cp->launches[i + 1];
-        if (L->op != MEMRA_OP_MMVQ || N->op != MEMRA_OP_RMS_NORM_Q8)
+        if (L->op != MEMRA_OP_MMVQ)
             continue;
-        const memra_rms_norm_q8_args *rn = &N->a.rms_norm_q8;
         const memra_mmvq_params *mp = &L->ml.params;
-        if (mp->n_w != 1 || rn->x != mp->out[0].y || rn->n != mp->out[0].n_out ||
-            rn->b != L->ml.b)
-            continue;
-        if (!cp->tickets) {
-            const size_t bytes = sizeof(unsigned) * p->n_launches;
-            MEMRA_RT_TRY(err, cudaMalloc((void **)&cp->tickets, bytes));
-            MEMRA_RT_TRY(err, cudaMemset(cp->tickets, 0, bytes));
-        }
         memra_mmvq_launch fused = L->ml;
-        if (memra_mmvq_fuse_norm(&fused, rn->w, rn->y_q, rn->y_f32, rn->eps, cp->tickets + i,
-                                 NULL) != MEMRA_OK)
+        if (N->op == MEMRA_OP_SILU_MUL_Q8 && be->opts.fuse) {
+            const memra_silu_mul_q8_args *sm = &N->a.silu_mul_q8;
+            const memra_plan_arg *g = &p->launches[i + 1].args[MEMRA_SILU_MUL_Q8_G0];
+            const memra_plan_arg *u = &p->launches[i + 1].args[MEMRA_SILU_MUL_Q8_U0];
+            if (sm->n_slots != 1 || sm->slot[0].m != 1 || sm->b != L->ml.b || mp->n_w != 2 ||
+                sm->slot[0].g != mp->out[0].y || sm->slot[0].u != mp->out[1].y ||
+                sm->slot[0].n != mp->out[0].n_out ||
+                (be->opts.fuse == 1 && sm->slot[0].n / 32 < be->info.n_sm))
+                continue;
+            if (g->kind != MEMRA_ARG_BUF || u->kind != MEMRA_ARG_BUF ||
+                memra_plan_buf_named_outside(p, i, g->index) ||
+                memra_plan_buf_named_outside(p, i, u->index) ||
+                memra_mmvq_fuse_swiglu(&fused, sm->slot[0].y_q, NULL) != MEMRA_OK)
+                continue;
+        } else if (N->op == MEMRA_OP_RMS_NORM_Q8 && be->opts.fold_norm) {
+            const memra_rms_norm_q8_args *rn = &N->a.rms_norm_q8;
+            if (mp->n_w != 1 || rn->x != mp->out[0].y || rn->n != mp->out[0].n_out ||
+                rn->b != L->ml.b)
+                continue;
+            if (!cp->tickets) {
+                const size_t bytes = sizeof(unsigned) * p->n_launches;
+                MEMRA_RT_TRY(err, cudaMalloc((void **)&cp->tickets, bytes));
+                MEMRA_RT_TRY(err, cudaMemset(cp->tickets, 0, bytes));
+            }
+            if (memra_mmvq_fuse_norm(&fused, rn->w, rn->y_q, rn->y_f32, rn->eps,
+                                     cp->tickets + i, NULL) != MEMRA_OK)
+                continue;
+            be->info.folded_norms[t]++;
+        } else {
             continue;
+        }
         L->ml = fused;
         N->folded = 1;
-        (*count)++;
+        be->info.folded[t]++;
     }
     return MEMRA_OK;
 fail:
@@ -749,14 +725,7 @@ static int bind_plan(memra_cuda_backend *be, uint32_t t, uint32_t s, memra_err *
         if (l->op == MEMRA_OP_MMVQ)
             MEMRA_TRY(bind_mmvq_launch(be, p, i, L, err));
     }
-    if (be->opts.fuse)
-        be->info.folded[t] += fold_swiglu(cp, be->opts.fuse, be->info.n_sm);
-    if (be->opts.fold_norm) {
-        const uint32_t n0 = be->info.folded_norms[t];
-        MEMRA_TRY(fold_norm(cp, &be->info.folded_norms[t], err));
-        be->info.folded[t] += be->info.folded_norms[t] - n0;
-    }
-    return MEMRA_OK;
+    return fold_pairs(be, cp, t, err);
 fail:
     return rc;
 }

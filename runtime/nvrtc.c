@@ -791,9 +791,8 @@ int memra_mmvq_fuse_swiglu(memra_mmvq_launch *L, void *y_q, memra_err *err)
             return MEMRA_FAIL(err, MEMRA_ERR_UNSUPPORTED,
                               "mmvq swiglu: weight %d adds or scales its output", i);
     L->params.swiglu_q = y_q;
-    L->params.rpw = MEMRA_MMVQ_SWIGLU_RPW;
-    L->grid = (unsigned)(n / 32);
-    L->smem = (unsigned)(MEMRA_MMVQ_DIRECT_SMEM(p->n_in, L->q6k, L->b) + MEMRA_MMVQ_SWIGLU_SMEM(L->b));
+    mmvq_set_rpw(L, 2L * n, MEMRA_MMVQ_SWIGLU_RPW); /* n / 32 CUDA blocks of 64 rows */
+    L->smem += MEMRA_MMVQ_SWIGLU_SMEM(L->b);
     return MEMRA_OK;
 }
 

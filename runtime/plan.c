@@ -479,6 +479,17 @@ void memra_plan_manifest_free(memra_plan_manifest *m)
     free(m);
 }
 
+int memra_plan_buf_named_outside(const memra_plan *p, uint32_t i, uint32_t buf)
+{
+    for (uint32_t j = 0; j < p->n_launches; j++) {
+        const memra_plan_launch *l = &p->launches[j];
+        for (uint32_t k = 0; j != i && j != i + 1 && k < l->n_args; k++)
+            if (l->args[k].kind == MEMRA_ARG_BUF && l->args[k].index == buf)
+                return 1;
+    }
+    return 0;
+}
+
 uint32_t memra_plan_tier_for(const memra_plan_manifest *m, uint32_t b)
 {
     for (uint32_t i = 0; m && i < m->n_tiers; i++)

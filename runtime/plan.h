@@ -168,6 +168,11 @@ int memra_plan_parse(const char *text, size_t len, const memra_plan_manifest *m,
                      const memra_gguf *g, memra_plan **out, memra_err *err);
 void memra_plan_free(memra_plan *p); /* NULL is a no-op */
 
+/* Whether a launch of p other than launches i and i + 1 names arena buffer buf (the CUDA
+ * backend folds such a pair into one launch only when the buffers between them are theirs
+ * alone). */
+int memra_plan_buf_named_outside(const memra_plan *p, uint32_t i, uint32_t buf);
+
 /* Smallest manifest tier >= b, or 0 when b exceeds every tier. */
 uint32_t memra_plan_tier_for(const memra_plan_manifest *m, uint32_t b);
 

@@ -436,17 +436,7 @@ static void check_direct_split(const memra_plan *p)
     }
 }
 
-/* Whether a launch of p other than i and i + 1 names arena buffer buf. */
-static int buf_named_elsewhere(const memra_plan *p, uint32_t i, uint32_t buf)
-{
-    for (uint32_t j = 0; j < p->n_launches; j++)
-        for (uint32_t k = 0; j != i && j != i + 1 && k < p->launches[j].n_args; k++)
-            if (p->launches[j].args[k].kind == MEMRA_ARG_BUF && p->launches[j].args[k].index == buf)
-                return 1;
-    return 0;
-}
-
-/* The launch pairs the CUDA backend folds (runtime/backend_cuda.c fold_swiglu, fold_norm) are
+/* The launch pairs the CUDA backend folds (runtime/backend_cuda.c fold_pairs) are
  * there in the plans' order: every dense FFN's silu_mul_q8 right after the mmvq {gate, up}
  * that writes its g and u, which no other launch names; every rms_norm_q8 but the first (after
  * embed) right after the one-weight mmvq that writes its input (the residual projection).
@@ -463,7 +453,8 @@ static void check_fold_pairs(const memra_plan *p, uint32_t n_layer)
             ck_assert_uint_eq(prev->args[MEMRA_MMVQ_OUT0].index, g);
             ck_assert_uint_eq(prev->args[MEMRA_MMVQ_OUT1].index, u);
             ck_assert_uint_eq(prev->args[MEMRA_MMVQ_W2].kind, MEMRA_ARG_NONE);
-            ck_assert(!buf_named_elsewhere(p, i - 1, g) && !buf_named_elsewhere(p, i - 1, u));
+            ck_assert(!memra_plan_buf_named_outside(p, i - 1, g) &&
+                      !memra_plan_buf_named_outside(p, i - 1, u));
             swiglu++;
         }
         if (l->op == MEMRA_OP_RMS_NORM_Q8) {

@@ -1479,9 +1479,10 @@ static void time_gdn(int b, int split, int bulk, tu_rng *r)
     memra_gdn_step_cuda_tune(split, bulk);
     TIME_OP((a.ssm_state = st[set % SETS], a.conv_state = ct[set++ % SETS], memra_gdn_step_cuda(&a, 0)), 20, us);
     memra_gdn_step_cuda_tune(0, -1);
-    char what[80];
-    snprintf(what, sizeof what, "gdn_step 9b b=%d split=%s bulk=%s (state read+write)", b,
-             split ? (split == 1 ? "1" : split == 2 ? "2" : "4") : "auto",
+    char sp[12] = "auto", what[80];
+    if (split)
+        snprintf(sp, sizeof sp, "%d", split);
+    snprintf(what, sizeof what, "gdn_step 9b b=%d split=%s bulk=%s (state read+write)", b, sp,
              bulk < 0 ? "auto" : bulk ? "on" : "off");
     report(what, us, 2.0 * (double)sb * b);
     teardown_allocs();
