@@ -485,7 +485,7 @@ static int eng_open(bench_ctx *c, bench_eng *e, const char *plan_dir, int graphs
     int rc;
     const bench_be_opts bo = {
         .n_slots = c->max_tier, .n_ctx = c->r->n_ctx, .graphs = graphs,
-        .no_fusion = c->o->no_fusion, .fold_norm = c->o->fold_norm, .device = c->o->device};
+        .no_fusion = c->o->no_fusion, .device = c->o->device};
     const double t0 = now_ms();
     MEMRA_TRY(bench_be_open(&e->be, c->o->backend, plan_dir, c->g, &bo, err));
     if (c->r->open_ms == 0) {

@@ -36,7 +36,6 @@ typedef struct bench_be_opts {
     uint32_t n_slots, n_ctx;
     int graphs; /* CUDA: capture graphs (1) or launch eagerly (0) */
     int no_fusion; /* CUDA: opts.fuse = 0 (every plan launch a kernel launch) */
-    int fold_norm; /* CUDA: opts.fold_norm = 1 */
     int device;
 } bench_be_opts;
 

@@ -3,8 +3,8 @@
  * what is measured and how).
  *
  *   memra-bench -m MODEL [--plans DIR] [--tiers 1,2,4,8,16] [--depths 0,1024,8192,32768]
- *               [--ticks N] [--warmup N] [--no-graph] [--no-fusion] [--fold-norm] [--phases]
- *               [--json FILE] [--plot FILE.svg] [--backend cuda|cpu] [--device N] [--seed N]
+ *               [--ticks N] [--warmup N] [--no-graph] [--no-fusion] [--phases] [--json FILE]
+ *               [--plot FILE.svg] [--backend cuda|cpu] [--device N] [--seed N]
  *               [--prefill synthetic|decode] [--no-isolation] [--copy-mib N]
  *               [--copy-reps N] [-q]
  *
@@ -25,7 +25,7 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: memra-bench -m MODEL [--plans DIR] [--tiers 1,2,4,8,16]\n"
                "                   [--depths 0,1024,8192,32768] [--ticks N] [--warmup N]\n"
-               "                   [--no-graph] [--no-fusion] [--fold-norm] [--phases] [--json FILE]\n"
+               "                   [--no-graph] [--no-fusion] [--phases] [--json FILE]\n"
                "                   [--plot FILE.svg]\n"
                "                   [--backend cuda|cpu] [--device N] [--seed N]\n"
                "                   [--prefill synthetic|decode] [--no-isolation]\n"
@@ -50,8 +50,6 @@ static int parse_flag(const char *a, memra_bench_opts *o, int *quiet)
         o->phases = 1;
     else if (!strcmp(a, "--no-fusion"))
         o->no_fusion = 1;
-    else if (!strcmp(a, "--fold-norm"))
-        o->fold_norm = 1;
     else if (!strcmp(a, "--no-isolation"))
         o->isolation = 0;
     else if (!strcmp(a, "-q"))

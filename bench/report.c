@@ -50,11 +50,10 @@ void memra_bench_print_header(const memra_bench_report *r, FILE *f)
             r->kv_dtype);
     fprintf(f, "  backend   %s on %s\n", r->backend, r->device);
     fprintf(f,
-            "  options   --tiers %s --depths %s --ticks %u --warmup %u%s%s%s%s --seed %llu "
+            "  options   --tiers %s --depths %s --ticks %u --warmup %u%s%s%s --seed %llu "
             "--prefill %s%s --copy-mib %u --copy-reps %u\n",
             tiers, depths, o->ticks, o->warmup, o->graphs ? "" : " --no-graph",
-            o->no_fusion ? " --no-fusion" : "", o->fold_norm ? " --fold-norm" : "",
-            o->phases ? " --phases" : "", (unsigned long long)o->seed,
+            o->no_fusion ? " --no-fusion" : "", o->phases ? " --phases" : "", (unsigned long long)o->seed,
             o->synthetic ? "synthetic" : "decode", o->isolation ? "" : " --no-isolation",
             o->copy_mib, o->copy_reps);
     fprintf(f, "  engine    n_ctx %u, %u slots, opened in %.0f ms%s\n", r->n_ctx, r->n_slots,
@@ -178,7 +177,6 @@ static json_t *config_json(const memra_bench_report *r)
     json_object_set_new(j, "warmup", json_integer(o->warmup));
     json_object_set_new(j, "graphs", json_boolean(o->graphs));
     json_object_set_new(j, "fusion", json_boolean(!o->no_fusion));
-    json_object_set_new(j, "fold_norm", json_boolean(o->fold_norm));
     json_object_set_new(j, "phases", json_boolean(o->phases));
     json_object_set_new(j, "isolation", json_boolean(o->isolation));
     json_object_set_new(j, "prefill", json_string(o->synthetic ? "synthetic" : "decode"));

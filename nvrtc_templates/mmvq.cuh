@@ -1151,66 +1151,6 @@ MEMRA_DEV constexpr int dslot(int q0, int q1, int q2, int q3)
     return MEMRA_MMVQ_FLAT_SLOT(q0 == 14 || q1 == 14 || q2 == 14 || q3 == 14);
 }
 
-/* The folded rms_norm_q8 (params.norm_q): the last CUDA block of the launch to finish
- * normalizes the b rows of y = out[0].y, bit for bit what rms_norm_q8 (kernels/rms_norm_q8.cu)
- * computes from them: thread t holds the sums of its 1024-thread order's virtual threads
- * t + 256 q (q = 0..3: virtual warp w + 8 q, lane t % 32), each the squares of x[v + 1024 i]
- * added in f64 in increasing i; each virtual warp's butterfly, then a butterfly over the 32
- * warp sums; mean, scale and y in rms_norm_q8's float sequence; q8_1 by the shared quantizer.
- * red: MEMRA_MMVQ_NORM_SMEM bytes of shared memory. Called by every thread of the block. */
-template <int B> MEMRA_DEV void norm_fold(const memra_mmvq_params &p, double *red)
-{
-    constexpr int NT = MMVQ_WARPS * 32, V = MEMRA_MMVQ_NORM_THREADS / NT;
-    int *last = (int *)(red + 33);
-    __threadfence(); /* this thread's stores of y, before the block counts itself in */
-    __syncthreads();
-    if (threadIdx.x == 0)
-        *last = atomicAdd(p.norm_ticket, 1u) == gridDim.x - 1;
-    __syncthreads();
-    if (!*last)
-        return;
-    __threadfence(); /* every block's rows are stored: read them from L2 (__ldcg) */
-    if (threadIdx.x == 0)
-        *p.norm_ticket = 0u; /* ready for the next launch */
-    const int n = p.out[0].n_out, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    for (int c = 0; c < B; c++) {
-        const float *x = p.out[0].y + (i64)c * n;
-#pragma unroll
-        for (int q = 0; q < V; q++) {
-            double s = 0.0;
-            for (int j = threadIdx.x + NT * q; j < n; j += MEMRA_MMVQ_NORM_THREADS) {
-                const double xv = (double)__ldcg(x + j);
-                s = __dadd_rn(s, __dmul_rn(xv, xv));
-            }
-#pragma unroll
-            for (int o = 16; o >= 1; o >>= 1)
-                s = __dadd_rn(s, __shfl_xor_sync(0xFFFFFFFFu, s, o));
-            if (lane == 0)
-                red[warp + MMVQ_WARPS * q] = s;
-        }
-        __syncthreads();
-        if (warp == 0) {
-            double w = red[lane];
-#pragma unroll
-            for (int o = 16; o >= 1; o >>= 1)
-                w = __dadd_rn(w, __shfl_xor_sync(0xFFFFFFFFu, w, o));
-            if (lane == 0)
-                red[32] = w;
-        }
-        __syncthreads();
-        const float mean = __double2float_rn(__ddiv_rn(red[32], (double)n));
-        const float scale = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, p.norm_eps)));
-        for (int k = warp; k < n / 32; k += MMVQ_WARPS) {
-            const int j = 32 * k + lane;
-            const float y = __fmul_rn(__ldg(p.norm_w + j), __fmul_rn(__ldcg(x + j), scale));
-            q8_1_quantize_warp(y, lane, (u8 *)p.norm_q + ((i64)c * (n / 32) + k) * Q8_1_BYTES);
-            if (p.norm_f32)
-                p.norm_f32[(i64)c * n + j] = y;
-        }
-        __syncthreads(); /* red is the next row's */
-    }
-}
-
 /* The qtype of weight wi of a launch specialized for QT0..QT3. */
 template <int QT0, int QT1, int QT2, int QT3> MEMRA_DEV int direct_qt(int wi)
 {
@@ -1267,10 +1207,8 @@ MEMRA_DEV void direct_main(const memra_mmvq_params &p, u8 *smem)
     const int nst = nr * rounds; /* stages of this warp: (row, round) in order */
     u8 *act = smem;
     u8 *ring = smem + B * MEMRA_MMVQ_ACT_BYTES(p.n_in) + warp * NST * SB;
-    /* a fold's shared memory, after the rings: the fused SwiGLU's [B][64] outputs of the CUDA
-     * block (32 gate, then 32 up), or the folded norm's sums */
-    u8 *epi = smem + B * MEMRA_MMVQ_ACT_BYTES(p.n_in) + MMVQ_WARPS * NST * SB;
-    float *pair = (float *)epi;
+    /* fused SwiGLU: [B][64] outputs of the CUDA block (32 gate, then 32 up), after the rings */
+    float *pair = (float *)(smem + B * MEMRA_MMVQ_ACT_BYTES(p.n_in) + MMVQ_WARPS * NST * SB);
 
     /* stage k: round k % rounds of row r0 + k / rounds (an empty group past the end), from the
      * 16-byte unit holding its first byte; a unit past the weight's end copies only its bytes */
@@ -1354,8 +1292,6 @@ MEMRA_DEV void direct_main(const memra_mmvq_params &p, u8 *smem)
             }
         }
     }
-    if (p.norm_q)
-        norm_fold<B>(p, (double *)epi);
     if (swiglu) { /* silu_mul_q8's arithmetic on the block's 32 (g, u) pairs of each row */
         __syncthreads();
         if (warp < B) {

@@ -54,18 +54,6 @@ typedef struct memra_mmvq_params {
      * block c of silu(g) * u of each of the b rows to swiglu_q [b, N / 32] instead of storing
      * g and u: silu_mul_q8's bytes (kernels/silu_mul_q8.h), one launch fewer */
     void *swiglu_q;
-    /* direct path only, norm_q NULL otherwise: rms_norm_q8 folded into the launch
-     * (runtime/nvrtc.h memra_mmvq_fuse_norm). The launch is one weight of N rows (N % 32 ==
-     * 0); once every CUDA block has stored its outputs, the last one to count itself in
-     * (norm_ticket, zero at launch and left zero) normalizes each of the b rows of y with
-     * rms_norm_q8's arithmetic and summation order (kernels/rms_norm_q8.h: 1024 virtual
-     * threads, 4 per thread) into norm_q [b, N / 32] (and norm_f32 [b, N] when not NULL) */
-    void *norm_q;
-    const float *norm_w;   /* [N] the norm weight */
-    float *norm_f32;       /* [b, N] or NULL */
-    unsigned *norm_ticket; /* one counter, 0 before the launch; the launch leaves it 0 */
-    float norm_eps;
-    memra_i32 norm_pad_;
     memra_mmvq_out_params out[MEMRA_MMVQ_MAX_OUT];
 } memra_mmvq_params;
 
@@ -73,11 +61,6 @@ typedef struct memra_mmvq_params {
 #define MEMRA_MMVQ_SWIGLU_RPW 8
 /* its extra shared memory: the CUDA block's 64 outputs of each of its b rows */
 #define MEMRA_MMVQ_SWIGLU_SMEM(b) ((b) * 64 * 4)
-/* the folded norm's: 32 virtual-warp sums, the total and the last-block flag (doubles) */
-#define MEMRA_MMVQ_NORM_SMEM (34 * 8)
-/* rms_norm_q8's block size (kernels/rms_norm_q8.h MEMRA_RMS_NORM_Q8_THREADS): part of the
- * summation order the folded norm reproduces */
-#define MEMRA_MMVQ_NORM_THREADS 1024
 
 /*
  * Per-qtype geometry, X(id, name, dot_elems, dot_bytes, step_blocks): a "dot block" is the

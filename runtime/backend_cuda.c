@@ -110,8 +110,6 @@ typedef struct cuda_plan {
                               (UINT32_MAX: none yet): fill_tick rewrites a row's
                               n_states addresses only when its slot changes */
     void *tick_dev;        /* tl.bytes of device memory (owned) */
-    unsigned *tickets;     /* [n_launches] device counters of folded norms (owned; zero between
-                              launches), NULL when none is folded */
     memra_tick dev;        /* views of tick_dev: device addresses, for binding only */
     const void **wdev;     /* [n_weights] device address of each plan weight */
     cuda_launch *launches; /* [n_launches] */
@@ -631,65 +629,38 @@ fail:
     return rc;
 }
 
-/* Launch pairs of a bound plan that become one launch (the second is skipped, the first
- * writes its output too, the same bytes). Both need the direct mmvq path (tiers 1-2):
- *  - opts.fuse: an mmvq {gate, up} and the silu_mul_q8 that reads its two outputs, which no
- *    other launch names (memra_mmvq_fuse_swiglu; fuse 1: when its n_ff / 32 CUDA blocks are
- *    at least the SMs, 2: always);
- *  - opts.fold_norm: an mmvq of one weight and the rms_norm_q8 of its output
- *    (memra_mmvq_fuse_norm: the launch's last CUDA block runs the norm; a device counter per
- *    launch, cp->tickets, tells it that it is last).
- * Any condition unmet (staged tiers, other shapes, a plan variant that reads g or u
- * elsewhere) leaves the launches as planned. Counts the folds into info.folded[t] and the
- * norms among them into info.folded_norms[t]. */
-static int fold_pairs(memra_cuda_backend *be, cuda_plan *cp, uint32_t t, memra_err *err)
+/* opts.fuse: an mmvq {gate, up} on the direct path (tiers 1-2) and the silu_mul_q8 that reads
+ * its two outputs, which no other launch names, become one launch (fuse 1: when its n_ff / 32
+ * CUDA blocks are at least the SMs; 2: always): the mmvq writes silu_mul_q8's q8_1 output
+ * itself (memra_mmvq_fuse_swiglu: the same bytes) and the silu_mul_q8 launch is skipped. Any
+ * condition unmet (staged tiers, other shapes, a plan variant that reads g or u elsewhere)
+ * leaves both launches as planned. Counts the folds into info.folded[t]. */
+static void fold_pairs(memra_cuda_backend *be, cuda_plan *cp, uint32_t t)
 {
-    int rc = MEMRA_OK;
     const memra_plan *p = cp->plan;
-    for (uint32_t i = 0; i + 1 < p->n_launches; i++) {
-        cuda_launch *L = &cp->launches[i], *N = &cp->launches[i + 1];
-        if (L->op != MEMRA_OP_MMVQ)
+    for (uint32_t i = 0; be->opts.fuse && i + 1 < p->n_launches; i++) {
+        cuda_launch *L = &cp->launches[i], *S = &cp->launches[i + 1];
+        if (L->op != MEMRA_OP_MMVQ || S->op != MEMRA_OP_SILU_MUL_Q8)
             continue;
         const memra_mmvq_params *mp = &L->ml.params;
-        memra_mmvq_launch fused = L->ml;
-        if (N->op == MEMRA_OP_SILU_MUL_Q8 && be->opts.fuse) {
-            const memra_silu_mul_q8_args *sm = &N->a.silu_mul_q8;
-            const memra_plan_arg *g = &p->launches[i + 1].args[MEMRA_SILU_MUL_Q8_G0];
-            const memra_plan_arg *u = &p->launches[i + 1].args[MEMRA_SILU_MUL_Q8_U0];
-            if (sm->n_slots != 1 || sm->slot[0].m != 1 || sm->b != L->ml.b || mp->n_w != 2 ||
-                sm->slot[0].g != mp->out[0].y || sm->slot[0].u != mp->out[1].y ||
-                sm->slot[0].n != mp->out[0].n_out ||
-                (be->opts.fuse == 1 && sm->slot[0].n / 32 < be->info.n_sm))
-                continue;
-            if (g->kind != MEMRA_ARG_BUF || u->kind != MEMRA_ARG_BUF ||
-                memra_plan_buf_named_outside(p, i, g->index) ||
-                memra_plan_buf_named_outside(p, i, u->index) ||
-                memra_mmvq_fuse_swiglu(&fused, sm->slot[0].y_q, NULL) != MEMRA_OK)
-                continue;
-        } else if (N->op == MEMRA_OP_RMS_NORM_Q8 && be->opts.fold_norm) {
-            const memra_rms_norm_q8_args *rn = &N->a.rms_norm_q8;
-            if (mp->n_w != 1 || rn->x != mp->out[0].y || rn->n != mp->out[0].n_out ||
-                rn->b != L->ml.b)
-                continue;
-            if (!cp->tickets) {
-                const size_t bytes = sizeof(unsigned) * p->n_launches;
-                MEMRA_RT_TRY(err, cudaMalloc((void **)&cp->tickets, bytes));
-                MEMRA_RT_TRY(err, cudaMemset(cp->tickets, 0, bytes));
-            }
-            if (memra_mmvq_fuse_norm(&fused, rn->w, rn->y_q, rn->y_f32, rn->eps,
-                                     cp->tickets + i, NULL) != MEMRA_OK)
-                continue;
-            be->info.folded_norms[t]++;
-        } else {
+        const memra_silu_mul_q8_args *sm = &S->a.silu_mul_q8;
+        const memra_plan_arg *g = &p->launches[i + 1].args[MEMRA_SILU_MUL_Q8_G0];
+        const memra_plan_arg *u = &p->launches[i + 1].args[MEMRA_SILU_MUL_Q8_U0];
+        if (sm->n_slots != 1 || sm->slot[0].m != 1 || sm->b != L->ml.b || mp->n_w != 2 ||
+            sm->slot[0].g != mp->out[0].y || sm->slot[0].u != mp->out[1].y ||
+            sm->slot[0].n != mp->out[0].n_out ||
+            (be->opts.fuse == 1 && sm->slot[0].n / 32 < be->info.n_sm))
             continue;
-        }
+        memra_mmvq_launch fused = L->ml;
+        if (g->kind != MEMRA_ARG_BUF || u->kind != MEMRA_ARG_BUF ||
+            memra_plan_buf_named_outside(p, i, g->index) ||
+            memra_plan_buf_named_outside(p, i, u->index) ||
+            memra_mmvq_fuse_swiglu(&fused, sm->slot[0].y_q, NULL) != MEMRA_OK)
+            continue;
         L->ml = fused;
-        N->folded = 1;
+        S->folded = 1;
         be->info.folded[t]++;
     }
-    return MEMRA_OK;
-fail:
-    return rc;
 }
 
 /* Bind and check every launch of plan (t, s). */
@@ -725,7 +696,8 @@ static int bind_plan(memra_cuda_backend *be, uint32_t t, uint32_t s, memra_err *
         if (l->op == MEMRA_OP_MMVQ)
             MEMRA_TRY(bind_mmvq_launch(be, p, i, L, err));
     }
-    return fold_pairs(be, cp, t, err);
+    fold_pairs(be, cp, t);
+    return MEMRA_OK;
 fail:
     return rc;
 }
@@ -922,14 +894,12 @@ int memra_cuda_backend_open(const char *plan_dir, const memra_gguf *g, const mem
     if (be->opts.n_slots == 0 || be->opts.n_slots > MEMRA_SLOT_MAX_SLOTS || be->opts.n_ctx == 0 ||
         be->opts.n_ctx > MEMRA_SLOT_MAX_CTX || be->opts.staging_mib == 0 ||
         be->opts.staging_mib > 4096 || be->opts.device < 0 || be->opts.fuse < 0 ||
-        be->opts.fuse > 2 || be->opts.fold_norm < 0 || be->opts.fold_norm > 1) {
+        be->opts.fuse > 2) {
         rc = MEMRA_FAIL(err, MEMRA_ERR_INVALID_ARG,
                         "n_slots = %u (1..%d), n_ctx = %u (1..%u), "
-                        "staging_mib = %u (1..4096), device %d, fuse %d or fold_norm %d out "
-                        "of range",
+                        "staging_mib = %u (1..4096), device %d or fuse %d out of range",
                         be->opts.n_slots, MEMRA_SLOT_MAX_SLOTS, be->opts.n_ctx, MEMRA_SLOT_MAX_CTX,
-                        be->opts.staging_mib, be->opts.device, be->opts.fuse,
-                        be->opts.fold_norm);
+                        be->opts.staging_mib, be->opts.device, be->opts.fuse);
         goto fail;
     }
     MEMRA_TRY(open_device(be, err)); /* first: without a GPU nothing else matters */
@@ -983,8 +953,6 @@ static void free_plan(cuda_plan *cp)
         cudaFreeHost(cp->tick_pinned);
     if (cp->tick_dev)
         cudaFree(cp->tick_dev);
-    if (cp->tickets)
-        cudaFree(cp->tickets);
     free((void *)cp->wdev);
     free(cp->launches);
     free(cp->region_map);
@@ -1238,12 +1206,7 @@ static int tick_failed(memra_cuda_backend *be, const memra_cuda_step *st, uint32
     for (uint32_t r = 0; r < st->n_rows; r++)
         be->sessions[st->sessions[r]].failed = 1;
     (void)cudaGetLastError();
-    cudaError_t probe = cudaDeviceSynchronize();
-    /* a folded norm's launch that did not finish may have left its counter above zero */
-    for (uint32_t i = 0; probe == cudaSuccess && i < be->n_tiers * be->n_stages; i++)
-        if (be->plans[i].tickets)
-            probe = cudaMemset(be->plans[i].tickets, 0,
-                               sizeof(unsigned) * be->plans[i].plan->n_launches);
+    const cudaError_t probe = cudaDeviceSynchronize();
     if (probe != cudaSuccess) {
         be->poisoned = 1;
         snprintf(be->poison_msg, sizeof be->poison_msg, "%s at tick %llu, tier b%u",

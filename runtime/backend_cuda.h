@@ -79,11 +79,6 @@ typedef struct memra_cuda_opts {
                              grid of n_ff / 32 CUDA blocks covers every SM (smaller FFNs ran
                              slower fused: the 0.8b preset's 112 blocks, 1.15 -> 1.22 ms);
                              2: wherever it applies (tests); 0: never (A/B measurements) */
-    int fold_norm;        /* 0 (default); 1: fold each rms_norm_q8 into the direct-path mmvq
-                             of one weight that writes its input (the residual projections
-                             at tiers 1-2), run by that launch's last CUDA block (same bytes,
-                             memra_mmvq_fuse_norm). Not measured on the GPU yet: off until it
-                             is (memra-bench --fold-norm) */
     int sync_launches;    /* 0 (default); 1: eager ticks synchronize after every launch, so
                              an asynchronous fault names its launch (debugging; slow) */
     uint32_t staging_mib; /* pinned staging chunk of the weight upload, MiB (default 64) */
@@ -165,8 +160,7 @@ typedef struct memra_cuda_info {
     uint32_t tiers[MEMRA_PLAN_MAX_TIERS];       /* = the manifest's */
     uint32_t launches[MEMRA_PLAN_MAX_TIERS];    /* kernel launches per tick, all stages */
     uint32_t folded[MEMRA_PLAN_MAX_TIERS];      /* plan launches folded into the one before
-                                                   (opts.fuse, opts.fold_norm), all stages */
-    uint32_t folded_norms[MEMRA_PLAN_MAX_TIERS]; /* of those, rms_norm_q8 (opts.fold_norm) */
+                                                   (opts.fuse), all stages */
     uint32_t graph_nodes[MEMRA_PLAN_MAX_TIERS]; /* nodes of the tier's graph; 0 when eager */
     uint64_t tick_bytes[MEMRA_PLAN_MAX_TIERS];  /* weight bytes streamed per tick (plan stats) */
     float last_tick_ms;                /* device time of the last successful step (CUDA events) */

@@ -282,11 +282,11 @@ size_t memra_kernel_spec_smem(const memra_kernel_spec *spec)
         return 0;
     if (!mmvq_spec_direct(spec))
         return mmvq_spec_staged_smem(spec);
-    /* direct: the most any launch may ask for (each passes its own size), a fold's shared
-     * memory included (the SwiGLU's or the norm's: both fit the sum) */
+    /* direct: the most any launch may ask for (each passes its own size), fused SwiGLU
+     * epilogue included */
     const size_t d = (size_t)MEMRA_MMVQ_DIRECT_SMEM(MEMRA_MMVQ_DIRECT_MAX_IN(spec->b),
                                                     mmvq_spec_q6k(spec), spec->b) +
-                     MEMRA_MMVQ_SWIGLU_SMEM(spec->b) + MEMRA_MMVQ_NORM_SMEM;
+                     MEMRA_MMVQ_SWIGLU_SMEM(spec->b);
     const size_t st = spec->b > 1 ? mmvq_spec_staged_smem(spec) : 0;
     return d > st ? d : st;
 }
@@ -793,28 +793,6 @@ int memra_mmvq_fuse_swiglu(memra_mmvq_launch *L, void *y_q, memra_err *err)
     L->params.swiglu_q = y_q;
     mmvq_set_rpw(L, 2L * n, MEMRA_MMVQ_SWIGLU_RPW); /* n / 32 CUDA blocks of 64 rows */
     L->smem += MEMRA_MMVQ_SWIGLU_SMEM(L->b);
-    return MEMRA_OK;
-}
-
-int memra_mmvq_fuse_norm(memra_mmvq_launch *L, const float *w, void *y_q, float *y_f32, float eps,
-                         unsigned *ticket, memra_err *err)
-{
-    const memra_mmvq_params *p = &L->params;
-    if (!w || !y_q || !ticket || !(eps >= 0.0f))
-        return MEMRA_FAIL(err, MEMRA_ERR_INVALID_ARG,
-                          "mmvq norm: null weight, output or ticket, or a bad eps");
-    if (p->rpw == 0 || p->swiglu_q || p->norm_q)
-        return MEMRA_FAIL(err, MEMRA_ERR_UNSUPPORTED,
-                          "mmvq norm: %s is not a direct launch without another fold", L->key);
-    if (p->n_w != 1 || p->out[0].n_out % 32 != 0)
-        return MEMRA_FAIL(err, MEMRA_ERR_UNSUPPORTED,
-                          "mmvq norm: needs one weight of rows a multiple of 32");
-    L->params.norm_q = y_q;
-    L->params.norm_w = w;
-    L->params.norm_f32 = y_f32;
-    L->params.norm_ticket = ticket;
-    L->params.norm_eps = eps;
-    L->smem += MEMRA_MMVQ_NORM_SMEM;
     return MEMRA_OK;
 }
 

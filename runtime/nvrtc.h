@@ -136,14 +136,6 @@ int memra_mmvq_force_rpw(memra_mmvq_launch *L, int rpw, memra_err *err);
  * 0) of two weights of N rows each, N % 32 == 0, store mode and no scale; else
  * MEMRA_ERR_UNSUPPORTED and L is unchanged. Sets rows per warp, grid and shared memory. */
 int memra_mmvq_fuse_swiglu(memra_mmvq_launch *L, void *y_q, memra_err *err);
-/* Folds the rms_norm_q8 of a prepared direct launch's output into it (mmvq_params.h norm_q):
- * the launch's last CUDA block then writes y_q = q8_1(w * rms_norm(y)) [b, N / 32] (and y_f32
- * when not NULL) from its N outputs per row, the bytes memra_rms_norm_q8_ref writes from the
- * same y. Needs a direct launch of one weight, N % 32 == 0, no other fold; ticket: a device
- * counter that is 0 before the launch (the launch leaves it 0; a launch that faulted may not:
- * zero it again). Else MEMRA_ERR_UNSUPPORTED / _INVALID_ARG and L is unchanged. */
-int memra_mmvq_fuse_norm(memra_mmvq_launch *L, const float *w, void *y_q, float *y_f32, float eps,
-                         unsigned *ticket, memra_err *err);
 
 /* Whether mmvq can specialize weight type qt (memra_qtype), and its dot block in elements. */
 int memra_mmvq_supports(int qt);

@@ -49,8 +49,7 @@ START_TEST(test_key_canonical)
     /* B = 2 direct-type specializations hold both paths: the larger of the two */
     ck_assert_int_eq(memra_kernel_spec_parse("mmvq:qt=q4_K+q6_K:b=2:sm=90", 0, &s, &e), MEMRA_OK);
     ck_assert_uint_eq(memra_kernel_spec_smem(&s),
-                      MEMRA_MMVQ_DIRECT_SMEM(32768, 1, 2) + MEMRA_MMVQ_SWIGLU_SMEM(2) +
-                          MEMRA_MMVQ_NORM_SMEM);
+                      MEMRA_MMVQ_DIRECT_SMEM(32768, 1, 2) + MEMRA_MMVQ_SWIGLU_SMEM(2));
     ck_assert_uint_le(memra_kernel_spec_smem(&s), 227 * 1024);
     ck_assert_int_eq(memra_kernel_spec_parse("mmvq:qt=q4_K:b=3:sm=90", 0, &s, &e), MEMRA_OK);
     ck_assert_uint_eq(memra_kernel_spec_smem(&s), MEMRA_MMVQ_SMEM(144));
@@ -308,36 +307,6 @@ START_TEST(test_mmvq_prepare)
     ck_assert_ptr_nonnull(strstr(e.msg, "adds or scales"));
     memra_err_clear(&e);
     ck_assert_int_eq(memra_mmvq_fuse_swiglu(&l, NULL, &e), MEMRA_ERR_INVALID_ARG);
-    memra_err_clear(&e);
-    /* the folded norm: one direct weight of rows a multiple of 32, + its shared memory */
-    static float nw[4];
-    static unsigned ticket;
-    a = mmvq_args(MEMRA_QT_Q4_K, 4096, 4096, 1);
-    a.out[0].mode = MEMRA_MMVQ_ADD;
-    ck_assert_int_eq(memra_mmvq_prepare(&a, 90, 132, 0, &l, &e), MEMRA_OK);
-    const unsigned direct_smem = l.smem, direct_grid = l.grid;
-    ck_assert_int_eq(memra_mmvq_fuse_norm(&l, nw, yq, NULL, 1e-6f, &ticket, &e), MEMRA_OK);
-    ck_assert_ptr_eq(l.params.norm_q, yq);
-    ck_assert_uint_eq(l.smem, direct_smem + MEMRA_MMVQ_NORM_SMEM);
-    ck_assert_uint_eq(l.grid, direct_grid); /* the one-wave geometry is kept */
-    ck_assert_int_eq(memra_mmvq_fuse_norm(&l, nw, yq, NULL, 1e-6f, &ticket, &e),
-                     MEMRA_ERR_UNSUPPORTED); /* folded once only */
-    memra_err_clear(&e);
-    ck_assert_int_eq(memra_mmvq_prepare(&a, 90, 132, 0, &l, &e), MEMRA_OK);
-    ck_assert_int_eq(memra_mmvq_fuse_norm(&l, nw, yq, NULL, -1.0f, &ticket, &e),
-                     MEMRA_ERR_INVALID_ARG);
-    ck_assert_int_eq(memra_mmvq_fuse_norm(&l, nw, yq, NULL, 1e-6f, NULL, &e),
-                     MEMRA_ERR_INVALID_ARG);
-    ck_assert_ptr_null(l.params.norm_q);
-    a.b = 3; /* staged */
-    ck_assert_int_eq(memra_mmvq_prepare(&a, 90, 132, 0, &l, &e), MEMRA_OK);
-    ck_assert_int_eq(memra_mmvq_fuse_norm(&l, nw, yq, NULL, 1e-6f, &ticket, &e),
-                     MEMRA_ERR_UNSUPPORTED);
-    a.b = 1;
-    a.out[0].n_out = 4016; /* rows not a multiple of 32 */
-    ck_assert_int_eq(memra_mmvq_prepare(&a, 90, 132, 0, &l, &e), MEMRA_OK);
-    ck_assert_int_eq(memra_mmvq_fuse_norm(&l, nw, yq, NULL, 1e-6f, &ticket, &e),
-                     MEMRA_ERR_UNSUPPORTED);
     memra_err_clear(&e);
 
     static const int parts[][2] = {{32, 1},   {511, 1},   {512, 1},   {1023, 1}, {1024, 2},

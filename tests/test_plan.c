@@ -436,14 +436,13 @@ static void check_direct_split(const memra_plan *p)
     }
 }
 
-/* The launch pairs the CUDA backend folds (runtime/backend_cuda.c fold_pairs) are
- * there in the plans' order: every dense FFN's silu_mul_q8 right after the mmvq {gate, up}
- * that writes its g and u, which no other launch names; every rms_norm_q8 but the first (after
- * embed) right after the one-weight mmvq that writes its input (the residual projection).
- * A planner change that moves them apart would silently cost the folds. */
+/* The launch pairs the CUDA backend folds (runtime/backend_cuda.c fold_pairs) are there in
+ * the plans' order: every dense FFN's silu_mul_q8 right after the mmvq {gate, up} that writes
+ * its g and u, which no other launch names. A planner change that moves them apart would
+ * silently cost the fold. */
 static void check_fold_pairs(const memra_plan *p, uint32_t n_layer)
 {
-    uint32_t swiglu = 0, norms = 0, norms_after_mmvq = 0;
+    uint32_t swiglu = 0;
     for (uint32_t i = 1; i < p->n_launches; i++) {
         const memra_plan_launch *prev = &p->launches[i - 1], *l = &p->launches[i];
         if (l->op == MEMRA_OP_SILU_MUL_Q8 && l->args[MEMRA_SILU_MUL_Q8_G1].kind == MEMRA_ARG_NONE) {
@@ -457,19 +456,8 @@ static void check_fold_pairs(const memra_plan *p, uint32_t n_layer)
                       !memra_plan_buf_named_outside(p, i - 1, u));
             swiglu++;
         }
-        if (l->op == MEMRA_OP_RMS_NORM_Q8) {
-            norms++;
-            if (prev->op == MEMRA_OP_MMVQ) {
-                ck_assert_uint_eq(prev->args[MEMRA_MMVQ_W1].kind, MEMRA_ARG_NONE);
-                ck_assert_uint_eq(prev->args[MEMRA_MMVQ_OUT0].index,
-                                  l->args[MEMRA_RMS_NORM_Q8_X].index);
-                norms_after_mmvq++;
-            }
-        }
     }
-    ck_assert_uint_eq(swiglu, n_layer);          /* tiny: every FFN dense */
-    ck_assert_uint_eq(norms, 2 * n_layer + 1); /* two per layer and the output norm */
-    ck_assert_uint_eq(norms_after_mmvq, 2 * n_layer); /* all but the first, after embed */
+    ck_assert_uint_eq(swiglu, n_layer); /* tiny: every FFN dense */
 }
 
 START_TEST(test_tiny_tiers)

@@ -526,10 +526,9 @@ static void cpu_close(cpu_side *c)
 /* One greedy session: the prompt, then `steps` tokens; each backend consumes the token
  * the CPU chose (so a single slip is reported once, not as a cascade). All steps are measured
  * before anything is asserted, so a failure still reports the whole picture. */
-/* fuse, fold_norm: memra_cuda_opts.fuse / .fold_norm; fuse 2 folds every SwiGLU that can be
- * folded and fold_norm 1 every rms_norm_q8, and then at least one must have been (the fused
- * epilogues are what the test is about). */
-static void cpu_agreement(const model_fix *f, int steps, int use_ref, int fuse, int fold_norm)
+/* fuse: memra_cuda_opts.fuse; 2 folds every SwiGLU that can be folded, and then at least
+ * one must have been (the fused epilogue is what the test is about). */
+static void cpu_agreement(const model_fix *f, int steps, int use_ref, int fuse)
 {
     gpu_ctx c;
     memra_err err;
@@ -541,15 +540,12 @@ static void cpu_agreement(const model_fix *f, int steps, int use_ref, int fuse, 
     o.n_slots = 1;
     o.n_ctx = MAX_LEN + 16;
     o.fuse = fuse;
-    o.fold_norm = fold_norm;
     ck_assert_msg(memra_cuda_backend_open(f->plans1, c.g, &o, &c.be, &err) == MEMRA_OK, "%s",
                   err.msg);
     c.n_vocab = memra_cuda_backend_n_vocab(c.be);
-    const memra_cuda_info *in = memra_cuda_backend_info(c.be);
     if (fuse == 2)
-        ck_assert_msg(in->folded[0] > in->folded_norms[0], "no SwiGLU was folded at tier 1");
-    if (fold_norm)
-        ck_assert_msg(in->folded_norms[0] > 0, "no rms_norm_q8 was folded at tier 1");
+        ck_assert_msg(memra_cuda_backend_info(c.be)->folded[0] > 0,
+                      "no SwiGLU was folded at tier 1");
     cpu_side cpu;
     cpu_open(&cpu, f, use_ref, MAX_LEN + 16);
     uint32_t sid;
@@ -589,9 +585,8 @@ static void cpu_agreement(const model_fix *f, int steps, int use_ref, int fuse, 
 START_TEST(test_cpu_agreement)
 {
     REQUIRE_GPU();
-    cpu_agreement(&g_tiny, 256, 0, 1, 0);
-    cpu_agreement(&g_tiny, 64, 0, 2, 0); /* the fused SwiGLU epilogue at every dense FFN */
-    cpu_agreement(&g_tiny, 64, 0, 2, 1); /* and rms_norm_q8 folded into the residual mmvq */
+    cpu_agreement(&g_tiny, 256, 0, 1);
+    cpu_agreement(&g_tiny, 64, 0, 2); /* the fused SwiGLU epilogue at every dense FFN */
 }
 END_TEST
 
@@ -804,7 +799,7 @@ END_TEST
 START_TEST(test_big_cpu_agreement)
 {
     REQUIRE_BIG();
-    cpu_agreement(&g_big, 256, 1, 2, 1);
+    cpu_agreement(&g_big, 256, 1, 2);
 }
 END_TEST
 
@@ -962,7 +957,7 @@ END_TEST
 START_TEST(test_moe_cpu_agreement)
 {
     REQUIRE_GPU();
-    cpu_agreement(&g_moe, 64, 0, 1, 0);
+    cpu_agreement(&g_moe, 64, 0, 1);
 }
 END_TEST
 

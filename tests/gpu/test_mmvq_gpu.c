@@ -39,7 +39,6 @@
 #include <unistd.h>
 
 #include "cuda_util.h"
-#include "rms_norm_q8.h"
 #include "silu_mul_q8.h"
 #include "quant.h"
 #include "runtime/nvrtc.h"
@@ -823,119 +822,6 @@ START_TEST(test_mmvq_swiglu)
 }
 END_TEST
 
-/* ------------------------------------- folded norm --------------------------------------- */
-
-/* A direct launch of one weight in add mode (the residual x += W a) with rms_norm_q8 folded
- * in (memra_mmvq_fuse_norm): x equals yinit + memra_mmvq_dot (memcmp) and the norm's q8_1
- * (and f32) outputs equal memra_rms_norm_q8_ref of that x (memcmp), for B = 1 and 2; the
- * ticket is back at zero after each launch, and a second launch on the same ticket gives the
- * same bytes. rpw > 0 forces the rows per warp (memra_mmvq_force_rpw) before the fold. */
-static long norm_case(int qt, int K, int N, int with_f32, int rpw)
-{
-    tu_rng rng;
-    tu_rng_seed(&rng, 991u + (unsigned)K + (unsigned)N);
-    const int nb = N / 32;
-    const size_t ab = (size_t)16 * (K / 32) * sizeof(memra_block_q8_1), ob = (size_t)16 * N * 4;
-    const size_t qb = (size_t)2 * nb * 36;
-    memra_block_q8_1 *a = q8_acts16(K, &rng);
-    const size_t rb = memra_quant_row_bytes((memra_qtype)qt, K);
-    const size_t db = memra_quant_dot_block_bytes((memra_qtype)qt);
-    uint8_t *w = malloc(rb * N);
-    for (size_t off = 0; off < rb * N; off += db)
-        fill_block(qt, w + off, db, &rng);
-    float *ref = malloc(ob), *sabs = malloc(ob), *yinit = malloc(ob), *want_x = malloc(ob);
-    float *nw = malloc((size_t)N * 4), *got_x = malloc(ob), *want_f = malloc(ob), *got_f = malloc(ob);
-    ref_job j = {.qt = qt, .K = K, .N = N, .w = w, .a = a, .ref = ref, .sabs = sabs};
-    cpu_ref(&j);
-    for (size_t k = 0; k < (size_t)16 * N; k++)
-        yinit[k] = tu_rng_normal(&rng) * 4.0f;
-    for (int k = 0; k < N; k++)
-        nw[k] = 0.5f + 0.01f * (float)(k % 97);
-    const CUdeviceptr da = dalloc(ab), dw = dalloc(rb * N), dy = dalloc(ob), dnw = dalloc((size_t)N * 4);
-    const CUdeviceptr dq = dalloc(qb + 64), df = dalloc(ob), dt = dalloc(4);
-    CU_OK(cuMemcpyHtoD(da, a, ab));
-    CU_OK(cuMemcpyHtoD(dw, w, rb * N));
-    CU_OK(cuMemcpyHtoD(dnw, nw, (size_t)N * 4));
-    CU_OK(cuMemsetD8(dt, 0, 4));
-    uint8_t *want_q = malloc(qb), *got_q = malloc(qb + 64);
-    long bad = 0;
-    for (int B = 1; B <= 2; B++) {
-        memra_mmvq_args args = {.a = dptr(da), .n_in = K, .b = B, .n_w = 1};
-        args.out[0] = (memra_mmvq_out){.w = dptr(dw), .y = dptr(dy), .qtype = qt, .n_out = N,
-                                       .row_bytes = rb, .mode = MEMRA_MMVQ_ADD};
-        for (size_t k = 0; k < (size_t)B * N; k++)
-            want_x[k] = yinit[k] + ref[k];
-        memra_rms_norm_q8_args rn = {.x = want_x, .w = nw, .y_q = want_q,
-                                     .y_f32 = with_f32 ? want_f : NULL, .n = N, .b = B,
-                                     .eps = 1e-6f};
-        ck_assert_int_eq(memra_rms_norm_q8_ref(&rn), MEMRA_OK);
-        memra_mmvq_launch L;
-        memra_err e;
-        memra_err_clear(&e);
-        ck_assert_msg(memra_mmvq_prepare(&args, G.sm, 0, 0, &L, &e) == MEMRA_OK, "%s", e.msg);
-        if (rpw)
-            ck_assert_msg(memra_mmvq_force_rpw(&L, rpw, &e) == MEMRA_OK, "%s", e.msg);
-        ck_assert_msg(memra_mmvq_fuse_norm(&L, dptr(dnw), dptr(dq), with_f32 ? dptr(df) : NULL,
-                                           1e-6f, dptr(dt), &e) == MEMRA_OK,
-                      "%s", e.msg);
-        CUfunction f = kernel(L.key);
-        void *params[] = {&L.params};
-        for (int run = 0; run < 2; run++) {
-            CU_OK(cuMemcpyHtoD(dy, yinit, ob));
-            CU_OK(cuMemsetD8(dq, 0xAB, qb + 64));
-            CU_OK(cuMemsetD8(df, 0xCD, ob));
-            CU_OK(cuLaunchKernel(f, L.grid, 1, 1, L.threads, 1, 1, L.smem, G.st, params, NULL));
-            CU_OK(cuStreamSynchronize(G.st));
-            unsigned ticket = 1;
-            CU_OK(cuMemcpyDtoH(&ticket, dt, 4));
-            CU_OK(cuMemcpyDtoH(got_x, dy, ob));
-            CU_OK(cuMemcpyDtoH(got_q, dq, qb + 64));
-            if (ticket != 0 && bad++ < 6)
-                printf("  FAIL norm K=%d N=%d B=%d run %d: ticket left at %u\n", K, N, B, run,
-                       ticket);
-            if (memcmp(got_x, want_x, (size_t)B * N * 4) && bad++ < 6)
-                printf("  FAIL norm K=%d N=%d B=%d run %d: the residual differs\n", K, N, B, run);
-            for (int k = 0; k < B * nb; k++)
-                if (memcmp(got_q + (size_t)k * 36, want_q + (size_t)k * 36, 36) && bad++ < 6)
-                    printf("  FAIL norm K=%d N=%d B=%d run %d: q8_1 block %d differs\n", K, N, B,
-                           run, k);
-            for (size_t k = (size_t)B * nb * 36; k < qb + 64; k++)
-                if (got_q[k] != 0xAB && bad++ < 6)
-                    printf("  FAIL norm K=%d N=%d B=%d: byte %zu past the output written\n", K, N,
-                           B, k);
-            if (with_f32) {
-                CU_OK(cuMemcpyDtoH(got_f, df, ob));
-                if (memcmp(got_f, want_f, (size_t)B * N * 4) && bad++ < 6)
-                    printf("  FAIL norm K=%d N=%d B=%d run %d: f32 output differs\n", K, N, B,
-                           run);
-            }
-        }
-    }
-    printf("TABLE|mmvq folded norm %s K=%d N=%d%s%s B=1..2: %s\n",
-           memra_qtype_get((uint32_t)qt)->name, K, N, with_f32 ? " (+f32)" : "",
-           rpw ? " (one CUDA block)" : "", bad ? "FAIL" : "ok");
-    const CUdeviceptr all[] = {da, dw, dy, dnw, dq, df, dt};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-        CU_OK(cuMemFree(all[i]));
-    free(a), free(w), free(ref), free(sabs), free(yinit), free(want_x), free(nw), free(got_x);
-    free(want_f), free(got_f), free(want_q), free(got_q);
-    return bad;
-}
-
-START_TEST(test_mmvq_norm)
-{
-    GPU_OR_SKIP();
-    BENCH_ONLY_SKIP();
-    long bad = 0;
-    bad += norm_case(MEMRA_QT_Q4_K, 4096, 4096, 0, 0);  /* the 9b out_proj and its norm */
-    bad += norm_case(MEMRA_QT_Q6_K, 12288, 4096, 1, 0); /* the 9b q6_K ffn_down, with f32 */
-    bad += norm_case(MEMRA_QT_Q4_K, 1024, 1024, 0, 0);  /* 0.8b: a row shorter than 1024 */
-    bad += norm_case(MEMRA_QT_Q4_K, 256, 8224, 1, 0);   /* past rms_norm_q8's register path */
-    bad += norm_case(MEMRA_QT_Q6_K, 512, 96, 0, 12);    /* one CUDA block: it is the last one */
-    ck_assert_msg(bad == 0, "folded norm: %ld wrong", bad);
-}
-END_TEST
-
 /* ------------------------------------- q8_1 quantizer ------------------------------------- */
 
 /* x [rows, n] with the cases spec §6.3 names: zeros, exact ties (amax 127 so d = 1), a
@@ -1415,7 +1301,6 @@ Suite *make_mmvq_gpu_suite(void)
     tcase_add_loop_test(tc, test_mmvq_qtype, 0, N_TYPES);
     tcase_add_test(tc, test_mmvq_merged);
     tcase_add_test(tc, test_mmvq_swiglu);
-    tcase_add_test(tc, test_mmvq_norm);
     tcase_add_test(tc, test_bandwidth);
     suite_add_tcase(s, tc);
     return s;
