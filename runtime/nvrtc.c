@@ -4,9 +4,11 @@
  *
  * Must not: touch a GPU before section 6 (compiling needs none); print; let a cache file it
  * did not verify reach cuModuleLoadData.
- * Invariants: the template sources are the ones embedded in this binary (one hash covers
- * them all); the compile options below are fixed and part of that hash — in particular
- * -fmad=false and no fast math, which the exactness contract of runtime/quant.h needs.
+ * Invariants: the template sources are the ones embedded in this binary, or for a
+ * development A/B the same-named files of $MEMRA_NVRTC_TEMPLATES (one hash covers the texts
+ * in use, so the cache never mixes them); the compile options below are fixed and part of
+ * that hash — in particular -fmad=false and no fast math, which the exactness contract of
+ * runtime/quant.h needs.
  *
  * Sections: 1 keys, 2 sources and options, 3 disk cache, 4 compile, 5 stats and settings,
  * 6 loaded kernels, 7 mmvq launch geometry.
@@ -325,19 +327,62 @@ static const char *const k_opts[] = {"-std=c++17", "-fmad=false", "-ftz=false",
                                      "-prec-div=true", "-prec-sqrt=true"};
 #define N_OPTS (sizeof k_opts / sizeof k_opts[0])
 
-static uint64_t g_src_hash;
-static pthread_once_t g_hash_once = PTHREAD_ONCE_INIT;
+/* The template texts in use and their hash, resolved on first use and again whenever
+ * $MEMRA_NVRTC_TEMPLATES changes (tests switch it; changing it while compiles run is not
+ * supported). */
+static pthread_mutex_t g_src_mu = PTHREAD_MUTEX_INITIALIZER;
+static int g_src_resolved;
+static char g_src_env[1024];   /* the MEMRA_NVRTC_TEMPLATES value resolved ("" = unset) */
+static uint64_t g_src_hash;    /* 0 = unknown: every cache lookup misses, compiles still work */
+static const char *g_text[16]; /* the texts compiled: embedded, or an override of g_owned */
+static char *g_owned[16];
 
-/* xxh64 over every embedded file (name and text), the options and the NVRTC version. */
-static void src_hash_once(void)
+/* MEMRA_NVRTC_TEMPLATES=DIR (development): a file of DIR named like an embedded one
+ * (mmvq.cuh, ...) replaces it, so one binary can A/B template variants on a GPU
+ * (bench/device-ab.sh). Absent or unreadable files keep the embedded text. Logged at WARN:
+ * not for serving. */
+static char *override_text(const char *dir, const char *name)
 {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    char *t = NULL;
+    const long n = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    if (n >= 0 && fseek(f, 0, SEEK_SET) == 0 && (t = malloc((size_t)n + 1)) &&
+        fread(t, 1, (size_t)n, f) == (size_t)n) {
+        t[n] = '\0';
+    } else {
+        free(t);
+        t = NULL;
+    }
+    fclose(f);
+    if (t)
+        memra_log(MEMRA_LOG_WARN, "nvrtc: template %s from %s (MEMRA_NVRTC_TEMPLATES)", name, path);
+    return t;
+}
+
+/* Under g_src_mu: the texts for env, then xxh64 over every file (name and text), the options
+ * and the NVRTC version. */
+static void src_resolve(const char *env)
+{
+    const int nf = memra_nvrtc_n_files < 16 ? memra_nvrtc_n_files : 16;
+    for (int i = 0; i < nf; i++) {
+        free(g_owned[i]);
+        g_owned[i] = *env ? override_text(env, memra_nvrtc_files[i].name) : NULL;
+        g_text[i] = g_owned[i] ? g_owned[i] : memra_nvrtc_files[i].text;
+    }
+    snprintf(g_src_env, sizeof g_src_env, "%s", env);
+    g_src_resolved = 1;
+    g_src_hash = 0;
     XXH64_state_t *st = XXH64_createState();
     if (!st)
-        return; /* g_src_hash stays 0: every lookup misses, compiles still work */
+        return;
     XXH64_reset(st, 0x6d656d7261ull);
-    for (int i = 0; i < memra_nvrtc_n_files; i++) {
+    for (int i = 0; i < nf; i++) {
         XXH64_update(st, memra_nvrtc_files[i].name, strlen(memra_nvrtc_files[i].name) + 1);
-        XXH64_update(st, memra_nvrtc_files[i].text, strlen(memra_nvrtc_files[i].text) + 1);
+        XXH64_update(st, g_text[i], strlen(g_text[i]) + 1);
     }
     for (size_t i = 0; i < N_OPTS; i++)
         XXH64_update(st, k_opts[i], strlen(k_opts[i]) + 1);
@@ -348,11 +393,24 @@ static void src_hash_once(void)
     XXH64_freeState(st);
 }
 
-static uint64_t src_hash(void)
+/* The hash of the texts in use; with text != NULL also copies their pointers (16 at most). */
+static uint64_t src_texts(const char **text)
 {
-    pthread_once(&g_hash_once, src_hash_once);
-    return g_src_hash;
+    const char *env = getenv("MEMRA_NVRTC_TEMPLATES");
+    if (!env)
+        env = "";
+    pthread_mutex_lock(&g_src_mu);
+    if (!g_src_resolved || strcmp(env, g_src_env) != 0)
+        src_resolve(env);
+    const uint64_t h = g_src_hash;
+    if (text)
+        for (int i = 0; i < memra_nvrtc_n_files && i < 16; i++)
+            text[i] = g_text[i];
+    pthread_mutex_unlock(&g_src_mu);
+    return h;
 }
+
+static uint64_t src_hash(void) { return src_texts(NULL); }
 
 void memra_nvrtc_version(int *major, int *minor)
 {
@@ -503,10 +561,9 @@ static int nvrtc_run(const memra_kernel_spec *spec, const char *key, memra_cubin
     const char *hdr_text[16], *hdr_name[16], *opts[N_OPTS + 1];
     MEMRA_TRY(memra_nvrtc_source(spec, src, sizeof src, err));
     const int nh = memra_nvrtc_n_files < 16 ? memra_nvrtc_n_files : 16;
-    for (int i = 0; i < nh; i++) {
+    src_texts(hdr_text);
+    for (int i = 0; i < nh; i++)
         hdr_name[i] = memra_nvrtc_files[i].name;
-        hdr_text[i] = memra_nvrtc_files[i].text;
-    }
     snprintf(arch, sizeof arch, "--gpu-architecture=sm_%d", spec->sm);
     for (size_t i = 0; i < N_OPTS; i++)
         opts[i] = k_opts[i];

@@ -506,6 +506,73 @@ START_TEST(test_compile_errors)
 }
 END_TEST
 
+static void write_file(const char *path, const char *a, const char *b)
+{
+    FILE *f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_ge(fputs(a, f), 0);
+    ck_assert_int_ge(fputs(b, f), 0);
+    ck_assert_int_eq(fclose(f), 0);
+}
+
+static const char *embedded_text(const char *name)
+{
+    for (int i = 0; i < memra_nvrtc_n_files; i++)
+        if (strcmp(memra_nvrtc_files[i].name, name) == 0)
+            return memra_nvrtc_files[i].text;
+    ck_abort_msg("no embedded %s", name);
+    return NULL;
+}
+
+/* One compile of key; returns its from_cache. */
+static int compile_once(const char *key)
+{
+    memra_cubin c;
+    memra_err e;
+    memra_err_clear(&e);
+    ck_assert_msg(memra_nvrtc_compile(key, 90, &c, &e) == MEMRA_OK, "%s: %s", key, e.msg);
+    const int hit = c.from_cache;
+    memra_cubin_free(&c);
+    return hit;
+}
+
+/* MEMRA_NVRTC_TEMPLATES (bench/device-ab.sh): a same-named file of the folder replaces the
+ * embedded template (a broken mmvq.cuh breaks mmvq compiles only), and the cache key covers
+ * the texts in use: a variant misses the cache, switching back hits the embedded entry. */
+START_TEST(test_template_override)
+{
+    char dir[512], cache[512], path[600];
+    tu_tmp_path(dir, sizeof dir, "-tpl");
+    tu_tmp_path(cache, sizeof cache, "-tplcache");
+    ck_assert_int_eq(mkdir(dir, 0755), 0);
+    snprintf(path, sizeof path, "%s/mmvq.cuh", dir);
+    write_file(path, "#error memra-override-marker\n", "");
+    ck_assert_int_eq(memra_nvrtc_set_cache_dir("", NULL), MEMRA_OK);
+    ck_assert_int_eq(setenv("MEMRA_NVRTC_TEMPLATES", dir, 1), 0);
+    memra_cubin c;
+    memra_err e;
+    memra_err_clear(&e);
+    ck_assert_int_eq(memra_nvrtc_compile("mmvq:qt=q4_K:b=1", 90, &c, &e), MEMRA_ERR_CUDA);
+    ck_assert_msg(strstr(e.msg, "memra-override-marker"), "%s", e.msg);
+    ck_assert_int_eq(compile_once("quantize_q8_1:sm=90"), 0); /* its template is embedded */
+
+    ck_assert_int_eq(memra_nvrtc_set_cache_dir(cache, NULL), MEMRA_OK);
+    ck_assert_int_eq(unsetenv("MEMRA_NVRTC_TEMPLATES"), 0);
+    ck_assert_int_eq(compile_once("quantize_q8_1:sm=90"), 0);
+    ck_assert_int_eq(compile_once("quantize_q8_1:sm=90"), 1);
+    snprintf(path, sizeof path, "%s/quantize_q8_1.cuh", dir);
+    write_file(path, embedded_text("quantize_q8_1.cuh"), "\n/* a variant */\n");
+    ck_assert_int_eq(setenv("MEMRA_NVRTC_TEMPLATES", dir, 1), 0);
+    ck_assert_int_eq(compile_once("quantize_q8_1:sm=90"), 0); /* other texts: other key */
+    ck_assert_int_eq(compile_once("quantize_q8_1:sm=90"), 1);
+    ck_assert_int_eq(unsetenv("MEMRA_NVRTC_TEMPLATES"), 0);
+    ck_assert_int_eq(compile_once("quantize_q8_1:sm=90"), 1); /* the embedded entry again */
+    memra_nvrtc_set_cache_dir(NULL, NULL);
+    rm_cache_dir(cache);
+    rm_cache_dir(dir);
+}
+END_TEST
+
 Suite *make_nvrtc_suite(void)
 {
     Suite *s = suite_create("nvrtc");
@@ -523,6 +590,7 @@ Suite *make_nvrtc_suite(void)
      * loaded machine (a 12-deep load average stretched it past 15 min here). */
     tcase_set_timeout(tcc, 2400);
     tcase_add_test(tcc, test_compile_every_specialization);
+    tcase_add_test(tcc, test_template_override); /* 5 small compiles */
     suite_add_tcase(s, tcc);
     return s;
 }

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# device-ab.sh — A/B of NVRTC template variants on the lent GPU, with one memra-bench binary.
+#
+#   bench/device-ab.sh prepare NAME... HERE: .carry/ab/NAME/ = nvrtc_templates/ with
+#                                 bench/variants/NAME.patch applied (diff -u a/FILE b/FILE);
+#                                 then carry .carry/ab and the bench carry (device-bench.sh carry)
+#   bench/device-ab.sh VARIANT...   THERE (repository root, the bench carry carried)
+# A variant is a folder of AB_DIR (default .carry/ab) holding template files named like the
+# embedded ones (mmvq.cuh, ...); memra-bench compiles them instead (MEMRA_NVRTC_TEMPLATES,
+# runtime/nvrtc.c). The name `base` means the embedded templates. Every variant runs
+# AB_ROUNDS times (default 2), interleaved (base a b base a b ...), so machine drift shows.
+# Env: AB_CARRY (default .carry/bench: bench/device-bench.sh carry), AB_ARGS (memra-bench
+# options, default tiers 4,8,16 at depth 1024), PRESET (9b), BUDGET (s, default 420).
+# What comes back in $OUT: VARIANT-ROUND.txt / .jsonl per run, forge.log, ab.txt (the table).
+set -u
+cd "$(dirname "$0")/.."
+root=$PWD
+if [ "${1:-}" = prepare ]; then
+  set -e
+  shift
+  for v in "$@"; do
+    rm -rf ".carry/ab/$v" && mkdir -p ".carry/ab/$v"
+    cp nvrtc_templates/* ".carry/ab/$v/"
+    patch -s -p1 -d ".carry/ab/$v" <"bench/variants/$v.patch"
+    echo ".carry/ab/$v: $(cd ".carry/ab/$v" && ls | tr '\n' ' ')"
+  done
+  cp bench/device-ab.sh .carry/ab/run.sh # this script, for a tree that does not have it yet
+  exit 0
+fi
+carry=${AB_CARRY:-$root/.carry/bench}
+abdir=${AB_DIR:-$root/.carry/ab}
+out=${OUT:-$root/out}
+mkdir -p "$out"
+export LD_LIBRARY_PATH=$carry/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
+  [ -d "$d" ] && LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$d
+done
+src=$(cat "$carry/srcdir" 2>/dev/null)
+if [ -n "$src" ] && [ "$src" != "$root" ] && [ ! -e "$src" ]; then
+  mkdir -p "$(dirname "$src")" && ln -s "$root" "$src"
+fi
+export XDG_CACHE_HOME=/tmp/memra-cache-ab
+deadline=$(($(date +%s) + ${BUDGET:-420}))
+preset=${PRESET:-9b}
+model=/tmp/memra-$preset.gguf
+t0=$(date +%s)
+[ -s "$model" ] || timeout 300 "$carry/bin/memra-forge" --preset "$preset" --seed 1 -o "$model" >"$out/forge.log" 2>&1
+echo "forge $preset: rc=$? in $(($(date +%s) - t0)) s" | tee -a "$out/forge.log"
+: >"$out/ab.txt"
+for round in $(seq 1 "${AB_ROUNDS:-2}"); do
+  for v in "$@"; do
+    left=$((deadline - $(date +%s)))
+    [ $left -lt 20 ] && { echo "$v-$round: out of time" >>"$out/ab.txt"; continue; }
+    tpl=
+    [ "$v" != base ] && tpl=$abdir/$v
+    # shellcheck disable=SC2086 # AB_ARGS is a word list
+    MEMRA_NVRTC_TEMPLATES=$tpl timeout "$left" "$carry/bin/memra-bench" --backend cuda -m "$model" \
+      --json "$out/$v-$round.jsonl" ${AB_ARGS:---tiers 4,8,16 --depths 1024 --ticks 50 --prefill synthetic} \
+      >"$out/$v-$round.txt" 2>"$out/$v-$round.err"
+    rc=$?
+    # one line per graph case: variant round tier median p99 rows_differ
+    grep '"mode":"graph"' "$out/$v-$round.jsonl" 2>/dev/null |
+      sed -E 's/.*"tier":([0-9]+).*"median_ms":([0-9.]+),"p99_ms":([0-9.]+).*"rows_differ":([0-9a-z-]+).*/\1 \2 \3 \4/' |
+      while read -r tier med p99 diff; do
+        printf '%-10s %5s %4s %10s %10s %6s\n' "$v" "$round" "$tier" "$med" "$p99" "$diff"
+      done >>"$out/ab.txt"
+    [ $rc != 0 ] && { echo "$v-$round: memra-bench rc=$rc"; tail -3 "$out/$v-$round.err"; } >>"$out/ab.txt"
+  done
+done
+grep -h -m1 "copy BW" "$out"/*-1.txt | head -1
+printf '%-10s %5s %4s %10s %10s %6s\n' variant round B median_ms p99_ms rows_differ
+sort -k3,3n -k1,1 -s "$out/ab.txt"
