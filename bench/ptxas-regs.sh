@@ -5,7 +5,8 @@
 #   bench/ptxas-regs.sh [B:QT0[,QT1..]] ...     e.g. bench/ptxas-regs.sh 16:12 16:12,14 8:12
 # QT numbers are GGUF type ids (q4_K 12, q5_K 13, q6_K 14). Default: the 9b tick's mixes.
 set -eu
-cd "${SRC:-$(dirname "$0")/..}" # SRC: another checkout's templates
+cd "$(dirname "$0")/.."
+tpl=${TPL:-nvrtc_templates} # TPL: another templates folder (e.g. .carry/ab/NAME)
 specs=("$@")
 [ ${#specs[@]} -eq 0 ] && specs=(1:12 1:12,14 2:12 2:12,14 4:12 4:12,14 8:12 8:12,14 16:12 16:12,14 16:14)
 tmp=$(mktemp -d)
@@ -21,7 +22,7 @@ extern "C" __global__ void __launch_bounds__(32 * MEMRA_MMVQ_WARPS, MEMRA_MMVQ_M
 memra_mmvq(const __grid_constant__ memra_mmvq_params p) { mmvq_main<$b, ${q[0]}, ${q[1]}, ${q[2]}, ${q[3]}>(p); }
 CU
   info=$(nvcc -std=c++17 -arch=sm_90 -cubin -fmad=false -ftz=false -prec-div=true -prec-sqrt=true \
-    -Invrtc_templates -Ikernels -Xptxas -v -o "$tmp/k.cubin" "$tmp/k.cu" 2>&1 |
+    -I"$tpl" -Ikernels -Xptxas -v -o "$tmp/k.cubin" "$tmp/k.cu" 2>&1 |
     grep -E "Used|spill" | tr '\n' ' ' | sed 's/ptxas info *: //g; s/  */ /g')
   printf '%-12s %s\n' "$sp" "$info"
 done
