@@ -10,8 +10,13 @@
 # runtime/nvrtc.c). The name `base` means the embedded templates. Every variant runs
 # AB_ROUNDS times (default 2), interleaved (base a b base a b ...), so machine drift shows.
 # Env: AB_CARRY (default .carry/bench: bench/device-bench.sh carry), AB_ARGS (memra-bench
-# options, default tiers 4,8,16 at depth 1024), PRESET (9b), BUDGET (s, default 420).
-# What comes back in $OUT: VARIANT-ROUND.txt / .jsonl per run, forge.log, ab.txt (the table).
+# options, default tiers 4,8,16 at depth 1024), AB_WRAP (a command memra-bench runs under,
+# e.g. "compute-sanitizer --tool racecheck"), PRESET (9b), BUDGET (s, default 420).
+# AB_TESTS=1 (with .carry/cudabackend carried too: scripts/device-gates.sh carry): after the
+# rounds, memra-gpu-tests and memra-gpu-backend-tests (the gates; the preset's model is
+# their MEMRA_GPU_TEST_MODEL) under every variant but base, PASS / FAIL lines in the table.
+# What comes back in $OUT: VARIANT-ROUND.txt / .jsonl per run, forge.log, ab.txt (the table),
+# VARIANT-TEST.log with AB_TESTS.
 set -u
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -53,8 +58,8 @@ for round in $(seq 1 "${AB_ROUNDS:-2}"); do
     [ $left -lt 20 ] && { echo "$v-$round: out of time" >>"$out/ab.txt"; continue; }
     tpl=
     [ "$v" != base ] && tpl=$abdir/$v
-    # shellcheck disable=SC2086 # AB_ARGS is a word list
-    MEMRA_NVRTC_TEMPLATES=$tpl timeout "$left" "$carry/bin/memra-bench" --backend cuda -m "$model" \
+    # shellcheck disable=SC2086 # AB_WRAP and AB_ARGS are word lists
+    MEMRA_NVRTC_TEMPLATES=$tpl timeout "$left" ${AB_WRAP:-} "$carry/bin/memra-bench" --backend cuda -m "$model" \
       --json "$out/$v-$round.jsonl" ${AB_ARGS:---tiers 4,8,16 --depths 1024 --ticks 50 --prefill synthetic} \
       >"$out/$v-$round.txt" 2>"$out/$v-$round.err"
     rc=$?
@@ -67,6 +72,21 @@ for round in $(seq 1 "${AB_ROUNDS:-2}"); do
     [ $rc != 0 ] && { echo "$v-$round: memra-bench rc=$rc"; tail -3 "$out/$v-$round.err"; } >>"$out/ab.txt"
   done
 done
+if [ -n "${AB_TESTS:-}" ]; then
+  cb=$root/.carry/cudabackend
+  for v in "$@"; do
+    [ "$v" = base ] && continue
+    for t in memra-gpu-tests memra-gpu-backend-tests; do
+      left=$((deadline - $(date +%s)))
+      [ $left -lt 20 ] && { echo "$v $t: out of time" >>"$out/ab.txt"; continue; }
+      LD_LIBRARY_PATH=$cb/lib:$LD_LIBRARY_PATH MEMRA_GPU_TEST_MODEL=$model CK_FORK=no \
+        MEMRA_NVRTC_TEMPLATES=$abdir/$v timeout "$left" "$cb/bin/$t" >"$out/$v-$t.log" 2>&1
+      rc=$?
+      echo "$v $t: $([ $rc = 0 ] && echo PASS || echo "FAIL rc=$rc") $(grep -a 'Checks:' "$out/$v-$t.log" | tail -1)" >>"$out/ab.txt"
+      grep -a -E ":[FE]:" "$out/$v-$t.log" | head -5 >>"$out/ab.txt" # Check's failure lines
+    done
+  done
+fi
 grep -h -m1 "copy BW" "$out"/*-1.txt | head -1
 printf '%-10s %5s %4s %10s %10s %6s\n' variant round B median_ms p99_ms rows_differ
 sort -k3,3n -k1,1 -s "$out/ab.txt"

@@ -339,11 +339,11 @@ static char *g_owned[16];
 
 /* MEMRA_NVRTC_TEMPLATES=DIR (development): a file of DIR named like an embedded one
  * (mmvq.cuh, ...) replaces it, so one binary can A/B template variants on a GPU
- * (bench/device-ab.sh). Absent or unreadable files keep the embedded text. Logged at WARN:
- * not for serving. */
+ * (bench/device-ab.sh). Absent or unreadable files keep the embedded text; a DIR of 1024 or
+ * more characters is ignored. Logged at WARN: not for serving. */
 static char *override_text(const char *dir, const char *name)
 {
-    char path[1024];
+    char path[sizeof g_src_env + 64]; /* dir < 1024 characters, name a template's */
     snprintf(path, sizeof path, "%s/%s", dir, name);
     FILE *f = fopen(path, "rb");
     if (!f)
@@ -397,7 +397,7 @@ static void src_resolve(const char *env)
 static uint64_t src_texts(const char **text)
 {
     const char *env = getenv("MEMRA_NVRTC_TEMPLATES");
-    if (!env)
+    if (!env || strlen(env) >= sizeof g_src_env) /* a path too long to remember: ignored */
         env = "";
     pthread_mutex_lock(&g_src_mu);
     if (!g_src_resolved || strcmp(env, g_src_env) != 0)
