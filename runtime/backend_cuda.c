@@ -735,17 +735,8 @@ static CUresult launch_mmvq(const memra_cuda_backend *be, const cuda_launch *L, 
         return memra_cu()->cuLaunchKernel(L->fn, L->ml.grid, 1, 1, threads, 1, 1, L->ml.smem,
                                           (CUstream)s, args, NULL);
     CUlaunchAttribute attr;
-    memset(&attr, 0, sizeof attr);
-    attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-    attr.value.programmaticStreamSerializationAllowed = 1;
     CUlaunchConfig cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.gridDimX = L->ml.grid, cfg.gridDimY = 1, cfg.gridDimZ = 1;
-    cfg.blockDimX = threads, cfg.blockDimY = 1, cfg.blockDimZ = 1;
-    cfg.sharedMemBytes = L->ml.smem;
-    cfg.hStream = (CUstream)s;
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
+    memra_cu_pdl_config(&cfg, &attr, L->ml.grid, threads, L->ml.smem, (CUstream)s);
     return be->launch_ex(&cfg, L->fn, args, NULL);
 }
 

@@ -115,3 +115,18 @@ void memra_cu_device_close(int ordinal)
     g_api.cuCtxSetCurrent(NULL);
     g_api.cuDevicePrimaryCtxRelease(dev);
 }
+
+void memra_cu_pdl_config(CUlaunchConfig *cfg, CUlaunchAttribute *attr, unsigned grid,
+                         unsigned threads, unsigned smem, CUstream st)
+{
+    memset(attr, 0, sizeof *attr);
+    attr->id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attr->value.programmaticStreamSerializationAllowed = 1;
+    memset(cfg, 0, sizeof *cfg);
+    cfg->gridDimX = grid, cfg->gridDimY = 1, cfg->gridDimZ = 1;
+    cfg->blockDimX = threads, cfg->blockDimY = 1, cfg->blockDimZ = 1;
+    cfg->sharedMemBytes = smem;
+    cfg->hStream = st;
+    cfg->attrs = attr;
+    cfg->numAttrs = 1;
+}

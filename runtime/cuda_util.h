@@ -94,4 +94,10 @@ int memra_cu_fail(memra_err *err, CUresult r, const char *call, const char *file
 int memra_cu_device_open(int ordinal, int *sm, memra_err *err);
 void memra_cu_device_close(int ordinal);
 
+/* *cfg and *attr for a 1-D launch of grid x threads with smem bytes on st, with programmatic
+ * stream serialization (PDL) allowed: what cuLaunchKernelEx takes for the kernels that wait
+ * with griddepcontrol.wait (the backend's mmvq launches; the GPU tests' chains). */
+void memra_cu_pdl_config(CUlaunchConfig *cfg, CUlaunchAttribute *attr, unsigned grid,
+                         unsigned threads, unsigned smem, CUstream st);
+
 #endif

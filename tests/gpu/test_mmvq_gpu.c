@@ -934,6 +934,16 @@ static int graph_api_get(graph_api *g)
         ck_assert_msg(r_ == CUDA_SUCCESS, "%s: CUresult %d", #call, (int)r_);                     \
     } while (0)
 
+/* One PDL-attributed launch into the capturing stream (as the backend launches). */
+static void pdl_launch(const graph_api *ga, CUstream st, CUfunction f, unsigned grid,
+                       unsigned threads, unsigned smem, void **params)
+{
+    CUlaunchAttribute attr;
+    CUlaunchConfig cfg;
+    memra_cu_pdl_config(&cfg, &attr, grid, threads, smem, st);
+    GR_OK(ga->launch_ex(&cfg, f, params, NULL));
+}
+
 /* A real decode shape of a 9B model (n_embd 4096): up to 4 weights merged on one input. */
 typedef struct bench_shape {
     const char *name;
@@ -1052,21 +1062,8 @@ static double bench_shape_us(const graph_api *ga, CUstream st, const bench_shape
         ck_assert_msg(memra_mmvq_prepare(&a, G.sm, 0, 0, &L, &e) == MEMRA_OK, "%s", e.msg);
         if (rpw > 0)
             ck_assert_msg(memra_mmvq_force_rpw(&L, rpw, &e) == MEMRA_OK, "%s", e.msg);
-        CUfunction f = kernel(L.key);
         void *params[] = {&L.params};
-        CUlaunchAttribute attr;
-        memset(&attr, 0, sizeof attr);
-        attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-        attr.value.programmaticStreamSerializationAllowed = 1;
-        CUlaunchConfig cfg;
-        memset(&cfg, 0, sizeof cfg);
-        cfg.gridDimX = L.grid, cfg.gridDimY = 1, cfg.gridDimZ = 1;
-        cfg.blockDimX = L.threads, cfg.blockDimY = 1, cfg.blockDimZ = 1;
-        cfg.sharedMemBytes = L.smem;
-        cfg.hStream = st;
-        cfg.attrs = &attr;
-        cfg.numAttrs = 1;
-        GR_OK(ga->launch_ex(&cfg, f, params, NULL));
+        pdl_launch(ga, st, kernel(L.key), L.grid, L.threads, L.smem, params);
     }
     GR_OK(ga->end(st, &g));
     GR_OK(ga->inst(&ge, g, 0));
@@ -1261,6 +1258,152 @@ START_TEST(test_bandwidth)
 }
 END_TEST
 
+/* ------------------------------ the tick's PDL chain, exact ------------------------------- */
+
+enum { CHAIN_STEPS = 3, CHAIN_REPLAYS = 2 };
+
+/* The tick's pattern at every 9b shape (k_shapes) and B = 1, 2, 4, 8, 16: per step a
+ * PDL-launched quantize_q8_1 writes the one activation buffer and the shape's PDL-launched
+ * mmvq reads it (so the next step's quantize overwrites what the previous mmvq read: PDL must
+ * order the write after the read), each step into its own outputs (add-mode shapes onto
+ * known values, restored by a copy at the graph's start); one captured graph, replayed
+ * twice. Every output memcmp-equal to the CPU reference. Unlike test_mmvq_qtype's small
+ * shapes, the grids here are the engine's (one-wave direct grids, the lm_head's many waves),
+ * launched back to back with their producer as in the tick. */
+START_TEST(test_mmvq_pdl_chain)
+{
+    GPU_OR_SKIP();
+    BENCH_ONLY_SKIP();
+    graph_api ga;
+    if (!graph_api_get(&ga)) {
+        printf("SKIP %s: no graph / cuLaunchKernelEx entry points\n", __func__);
+        return;
+    }
+    CUfunction fq = kernel("quantize_q8_1");
+    bench_prewarm(256, 256); /* the shapes' specializations, compiled in parallel */
+    CUstream st;
+    CU_OK(cuStreamCreate(&st, CU_STREAM_NON_BLOCKING));
+    tu_rng rng;
+    tu_rng_seed(&rng, 4242);
+    long pairs = 0, bad = 0, launches = 0;
+    const double t0 = now_s();
+    for (int si = 0; si < N_SHAPES; si++) {
+        const bench_shape *sh = &k_shapes[si];
+        const int K = sh->K, nb = K / 32;
+        if (quick() && sh->n[0] > 100000)
+            continue;
+        size_t rb[4], yo[CHAIN_STEPS][4], ytot = 0; /* y: [step][weight][16][n] floats */
+        uint8_t *w[4];
+        CUdeviceptr dw[4];
+        for (int i = 0; i < sh->n_w; i++) {
+            rb[i] = memra_quant_row_bytes((memra_qtype)sh->qt[i], K);
+            const size_t bytes = rb[i] * (size_t)sh->n[i],
+                         db = memra_quant_dot_block_bytes((memra_qtype)sh->qt[i]);
+            ck_assert_ptr_nonnull(w[i] = malloc(bytes));
+            for (size_t off = 0; off < bytes; off += db)
+                fill_block(sh->qt[i], w[i] + off, db, &rng);
+            dw[i] = dalloc(bytes);
+            CU_OK(cuMemcpyHtoD(dw[i], w[i], bytes));
+        }
+        for (int s = 0; s < CHAIN_STEPS; s++)
+            for (int i = 0; i < sh->n_w; i++) {
+                yo[s][i] = ytot;
+                ytot += (size_t)16 * sh->n[i];
+            }
+        /* 16 rows of activations per step; tier B uses the first B (rows are contiguous) */
+        float *x = malloc((size_t)CHAIN_STEPS * 16 * K * 4), *init = malloc(ytot * 4);
+        float *want = malloc(ytot * 4), *got = malloc(ytot * 4), *sabs = malloc(ytot * 4);
+        memra_block_q8_1 *a = malloc((size_t)16 * nb * sizeof *a);
+        ck_assert(x && init && want && got && sabs && a);
+        for (size_t j = 0; j < ytot; j++)
+            init[j] = sh->mode ? tu_rng_normal(&rng) : 0.0f;
+        for (int s = 0; s < CHAIN_STEPS; s++) {
+            float *xs = x + (size_t)s * 16 * K;
+            fill_acts(xs, 16, K, &rng);
+            for (int b = 0; b < 16; b++)
+                memra_quantize_q8_1(xs + (size_t)b * K, a + (size_t)b * nb, K);
+            for (int i = 0; i < sh->n_w; i++) {
+                ref_job j = {.qt = sh->qt[i], .K = K, .N = sh->n[i], .w = w[i], .a = a,
+                             .ref = want + yo[s][i], .sabs = sabs + yo[s][i]};
+                cpu_ref(&j);
+                if (sh->mode)
+                    for (size_t k = 0; k < (size_t)16 * sh->n[i]; k++)
+                        want[yo[s][i] + k] = init[yo[s][i] + k] + want[yo[s][i] + k];
+            }
+        }
+        CUdeviceptr dx = dalloc((size_t)CHAIN_STEPS * 16 * K * 4), da = dalloc((size_t)16 * nb * 36),
+                    dy = dalloc(ytot * 4), dinit = dalloc(ytot * 4);
+        CU_OK(cuMemcpyHtoD(dx, x, (size_t)CHAIN_STEPS * 16 * K * 4));
+        CU_OK(cuMemcpyHtoD(dinit, init, ytot * 4));
+        for (int bi = 0; bi < 5; bi++) {
+            const int B = k_bench_B[bi];
+            /* the launches first (kernels loaded outside the capture), then the graph */
+            memra_mmvq_launch L[CHAIN_STEPS];
+            CUfunction fm = NULL;
+            for (int s = 0; s < CHAIN_STEPS; s++) {
+                memra_mmvq_args args = {.a = dptr(da), .n_in = K, .b = B, .n_w = sh->n_w};
+                for (int i = 0; i < sh->n_w; i++)
+                    args.out[i] = (memra_mmvq_out){.w = dptr(dw[i]), .y = dptr(dy + yo[s][i] * 4),
+                                                   .qtype = sh->qt[i], .n_out = sh->n[i],
+                                                   .row_bytes = rb[i], .mode = sh->mode};
+                memra_err e;
+                memra_err_clear(&e);
+                ck_assert_msg(memra_mmvq_prepare(&args, G.sm, 0, 0, &L[s], &e) == MEMRA_OK, "%s",
+                              e.msg);
+                fm = kernel(L[s].key);
+            }
+            CUgraph g;
+            CUgraphExec ge;
+            GR_OK(ga.begin(st, CU_STREAM_CAPTURE_MODE_RELAXED));
+            CU_OK(cuMemcpyDtoDAsync(dy, dinit, ytot * 4, st));
+            for (int s = 0; s < CHAIN_STEPS; s++) {
+                CUdeviceptr xs = dx + (size_t)s * 16 * K * 4;
+                int n = K, rows = B;
+                void *qp[] = {&xs, &da, &n, &rows};
+                pdl_launch(&ga, st, fq, (unsigned)((B * nb + 7) / 8), 256, 0, qp);
+                void *mp[] = {&L[s].params};
+                pdl_launch(&ga, st, fm, L[s].grid, L[s].threads, L[s].smem, mp);
+                launches += 2;
+            }
+            GR_OK(ga.end(st, &g));
+            GR_OK(ga.inst(&ge, g, 0));
+            for (int rep = 0; rep < CHAIN_REPLAYS; rep++) {
+                GR_OK(ga.launch(ge, st));
+                CU_OK(cuStreamSynchronize(st));
+                CU_OK(cuMemcpyDtoH(got, dy, ytot * 4));
+                for (int s = 0; s < CHAIN_STEPS; s++)
+                    for (int i = 0; i < sh->n_w; i++)
+                        for (int c = 0; c < B; c++)
+                            for (int o = 0; o < sh->n[i]; o++) {
+                                const size_t k = yo[s][i] + (size_t)c * sh->n[i] + o;
+                                pairs++;
+                                if (memcmp(&got[k], &want[k], 4) != 0 && bad++ < 6)
+                                    printf("  FAIL pdl chain %s B=%d replay %d step %d weight %d "
+                                           "row %d out %d: gpu %.9g cpu %.9g\n",
+                                           sh->name, B, rep, s, i, c, o, got[k], want[k]);
+                            }
+            }
+            GR_OK(ga.exec_destroy(ge));
+            GR_OK(ga.destroy(g));
+        }
+        for (int i = 0; i < sh->n_w; i++) {
+            CU_OK(cuMemFree(dw[i]));
+            free(w[i]);
+        }
+        CU_OK(cuMemFree(dx));
+        CU_OK(cuMemFree(da));
+        CU_OK(cuMemFree(dy));
+        CU_OK(cuMemFree(dinit));
+        free(x), free(init), free(want), free(got), free(sabs), free(a);
+    }
+    CU_OK(cuStreamDestroy(st));
+    printf("TABLE|mmvq PDL chain (quantize_q8_1 -> mmvq, 9b shapes, B = 1..16, %d steps x %d "
+           "replays): %ld/%ld outputs bit-identical to the CPU, %ld launches, %.1f s\n",
+           CHAIN_STEPS, CHAIN_REPLAYS, pairs - bad, pairs, launches, now_s() - t0);
+    ck_assert_msg(bad == 0, "%ld of %ld outputs differ from the CPU", bad, pairs);
+}
+END_TEST
+
 /* Without a driver or a device every test says SKIP and passes; the skip path itself must
  * not crash or leave state behind. */
 /* A crash in this binary prints where (the output of a GPU run is all there is). */
@@ -1301,6 +1444,7 @@ Suite *make_mmvq_gpu_suite(void)
     tcase_add_loop_test(tc, test_mmvq_qtype, 0, N_TYPES);
     tcase_add_test(tc, test_mmvq_merged);
     tcase_add_test(tc, test_mmvq_swiglu);
+    tcase_add_test(tc, test_mmvq_pdl_chain);
     tcase_add_test(tc, test_bandwidth);
     suite_add_tcase(s, tc);
     return s;
