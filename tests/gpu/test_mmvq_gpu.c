@@ -818,6 +818,8 @@ START_TEST(test_mmvq_swiglu)
     bad += swiglu_case(MEMRA_QT_Q4_K, MEMRA_QT_Q6_K, 2816, 352); /* q6_K rows 2-byte aligned */
     bad += swiglu_case(MEMRA_QT_Q6_K, MEMRA_QT_Q6_K, 1024, 32);  /* one CUDA block */
     bad += swiglu_case(MEMRA_QT_Q4_K, MEMRA_QT_Q4_K, 12288, 96); /* long rows: 2 staged rows */
+    /* the 9b FFN itself: 384 CUDA blocks, about one wave at 3 per SM, more at fewer */
+    bad += swiglu_case(MEMRA_QT_Q4_K, MEMRA_QT_Q4_K, 4096, 12288);
     ck_assert_msg(bad == 0, "fused swiglu: %ld wrong", bad);
 }
 END_TEST
