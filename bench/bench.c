@@ -20,6 +20,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -313,6 +314,22 @@ fail:
 
 /* ======================================= cases ======================================= */
 
+void memra_bench_row_diff(const float *ref, const float *got, size_t n, memra_bench_rowdiff *d)
+{
+    memset(d, 0, sizeof *d);
+    d->first = -1;
+    for (size_t i = 0; i < n; i++) {
+        if (memcmp(&ref[i], &got[i], sizeof(float)) == 0)
+            continue;
+        if (d->n_diff++ == 0)
+            d->first = (int64_t)i;
+        if (!isfinite(ref[i]) || !isfinite(got[i]))
+            d->n_nonfinite++;
+        else if (fabs((double)got[i] - (double)ref[i]) > d->max_abs)
+            d->max_abs = fabs((double)got[i] - (double)ref[i]);
+    }
+}
+
 static uint64_t row_seed(const bench_ctx *c, uint32_t r)
 {
     return mix64(c->o->seed * 131u + r);
@@ -349,10 +366,23 @@ static int isolation_check(bench_ctx *c, bench_eng *e, uint32_t b, uint32_t dept
     MEMRA_TRY(fill_rows(c, e, b, depth, err));
     MEMRA_TRY(bench_be_step(&e->be, b, e->sids, tok, b, NULL, NULL, err));
     MEMRA_TRY(bench_be_logits(&e->be, 0, b, c->got, err));
-    cs->rows_differ = 0;
-    for (uint32_t r = 0; r < b; r++)
-        if (memcmp(c->ref + r * v, c->got + r * v, v * sizeof(float)) != 0)
-            cs->rows_differ++;
+    cs->rows_differ = cs->logits_differ = 0;
+    cs->max_abs_diff = 0;
+    for (uint32_t r = 0; r < b; r++) {
+        if (memcmp(c->ref + r * v, c->got + r * v, v * sizeof(float)) == 0)
+            continue;
+        memra_bench_rowdiff d;
+        memra_bench_row_diff(c->ref + r * v, c->got + r * v, v, &d);
+        cs->rows_differ++;
+        cs->logits_differ += d.n_diff;
+        if (d.max_abs > cs->max_abs_diff)
+            cs->max_abs_diff = d.max_abs;
+        memra_log(MEMRA_LOG_WARN,
+                  "bench: tier %u depth %u row %u: %u of %zu logits differ from tier 1 (first "
+                  "%lld: %.9g, tier 1 %.9g), max |d| %.3g, %u not finite",
+                  b, depth, r, d.n_diff, v, (long long)d.first, (double)c->got[r * v + d.first],
+                  (double)c->ref[r * v + d.first], d.max_abs, d.n_nonfinite);
+    }
     cs->isolation = cs->rows_differ == 0;
     if (!cs->isolation)
         memra_log(MEMRA_LOG_WARN, "bench: tier %u depth %u: %u of %u rows differ from tier 1", b,

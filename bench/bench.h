@@ -92,6 +92,8 @@ typedef struct memra_bench_case {
     uint32_t graph_nodes;   /* nodes of the replayed graph; 0 when eager */
     int isolation;          /* 1: every row bit-identical to tier 1; 0: not; -1: not checked */
     uint32_t rows_differ;   /* rows whose logits differ from tier 1 */
+    uint32_t logits_differ; /* of their logits, those whose bits differ (all rows) */
+    double max_abs_diff;    /* the largest |tier B - tier 1| over them (finite pairs) */
     double eager_median_ms; /* graph cases: the eager case's median (0 when not run) */
 } memra_bench_case;
 
@@ -167,6 +169,15 @@ int memra_bench_plot(const memra_bench_report *r, const char *svg_path, const ch
 void memra_bench_eval_targets(memra_bench_report *r);
 
 /* ---- pieces exposed for the tests ---- */
+/* How a row of logits differs from its tier-1 run: what tells a rounding difference (small
+ * |d| at a few logits) from a race or a wrong read (garbage, NaN, every logit). */
+typedef struct memra_bench_rowdiff {
+    uint32_t n_diff;      /* logits whose bits differ */
+    int64_t first;        /* index of the first of them; -1 when none */
+    double max_abs;       /* max |got - ref| over the differing pairs with both sides finite */
+    uint32_t n_nonfinite; /* differing pairs with either side Inf or NaN */
+} memra_bench_rowdiff;
+void memra_bench_row_diff(const float *ref, const float *got, size_t n, memra_bench_rowdiff *d);
 /* Median / p99 (nearest rank) of v[n] (sorted in place). */
 double memra_bench_quantile(double *v, uint32_t n, double q);
 /* Host memcpy bandwidth, bytes read + written per second (best and median of reps). */

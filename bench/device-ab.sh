@@ -13,8 +13,8 @@
 # options, default tiers 4,8,16 at depth 1024), AB_WRAP (a command memra-bench runs under,
 # e.g. "compute-sanitizer --tool racecheck"), PRESET (9b), BUDGET (s, default 420).
 # AB_TESTS=1 (with .carry/cudabackend carried too: scripts/device-gates.sh carry): after the
-# rounds, memra-gpu-tests and memra-gpu-backend-tests (the gates; the preset's model is
-# their MEMRA_GPU_TEST_MODEL) under every variant but base, PASS / FAIL lines in the table.
+# rounds, memra-gpu-tests and memra-gpu-backend-tests (the gates; with PRESET=0.8b that model
+# is their MEMRA_GPU_TEST_MODEL) under every variant but base, PASS / FAIL lines in the table.
 # What comes back in $OUT: VARIANT-ROUND.txt / .jsonl per run, forge.log, ab.txt (the table),
 # VARIANT-TEST.log with AB_TESTS.
 set -u
@@ -45,6 +45,7 @@ if [ -n "$src" ] && [ "$src" != "$root" ] && [ ! -e "$src" ]; then
   mkdir -p "$(dirname "$src")" && ln -s "$root" "$src"
 fi
 export XDG_CACHE_HOME=/tmp/memra-cache-ab
+field() { printf '%s' "$1" | sed -nE "s/.*\"$2\":([^,}]*).*/\1/p"; } # a JSON line's number
 deadline=$(($(date +%s) + ${BUDGET:-420}))
 preset=${PRESET:-9b}
 model=/tmp/memra-$preset.gguf
@@ -63,24 +64,27 @@ for round in $(seq 1 "${AB_ROUNDS:-2}"); do
       --json "$out/$v-$round.jsonl" ${AB_ARGS:---tiers 4,8,16 --depths 1024 --ticks 50 --prefill synthetic} \
       >"$out/$v-$round.txt" 2>"$out/$v-$round.err"
     rc=$?
-    # one line per graph case: variant round tier median p99 rows_differ
-    grep '"mode":"graph"' "$out/$v-$round.jsonl" 2>/dev/null |
-      sed -E 's/.*"tier":([0-9]+).*"median_ms":([0-9.]+),"p99_ms":([0-9.]+).*"rows_differ":([0-9a-z-]+).*/\1 \2 \3 \4/' |
-      while read -r tier med p99 diff; do
-        printf '%-10s %5s %4s %10s %10s %6s\n' "$v" "$round" "$tier" "$med" "$p99" "$diff"
-      done >>"$out/ab.txt"
+    # one line per graph case: variant round tier median p99 rows_differ max|d|
+    grep '"mode":"graph"' "$out/$v-$round.jsonl" 2>/dev/null | while read -r line; do
+      printf '%-10s %5s %4s %10s %10s %6s %9s\n' "$v" "$round" "$(field "$line" tier)" \
+        "$(field "$line" median_ms)" "$(field "$line" p99_ms)" "$(field "$line" rows_differ)" \
+        "$(field "$line" max_abs_diff)"
+    done >>"$out/ab.txt"
     [ $rc != 0 ] && { echo "$v-$round: memra-bench rc=$rc"; tail -3 "$out/$v-$round.err"; } >>"$out/ab.txt"
   done
 done
 if [ -n "${AB_TESTS:-}" ]; then
   cb=$root/.carry/cudabackend
+  tmodel=
+  [ "$preset" = 0.8b ] && tmodel=$model
   for v in "$@"; do
     [ "$v" = base ] && continue
     for t in memra-gpu-tests memra-gpu-backend-tests; do
       left=$((deadline - $(date +%s)))
       [ $left -lt 20 ] && { echo "$v $t: out of time" >>"$out/ab.txt"; continue; }
-      LD_LIBRARY_PATH=$cb/lib:$LD_LIBRARY_PATH MEMRA_GPU_TEST_MODEL=$model CK_FORK=no \
-        MEMRA_NVRTC_TEMPLATES=$abdir/$v timeout "$left" "$cb/bin/$t" >"$out/$v-$t.log" 2>&1
+      # the gates' second model is the 0.8b (its CPU agreement runs the CPU reference)
+      env LD_LIBRARY_PATH="$cb/lib:$LD_LIBRARY_PATH" CK_FORK=no MEMRA_NVRTC_TEMPLATES="$abdir/$v" \
+        ${tmodel:+MEMRA_GPU_TEST_MODEL="$tmodel"} timeout "$left" "$cb/bin/$t" >"$out/$v-$t.log" 2>&1
       rc=$?
       echo "$v $t: $([ $rc = 0 ] && echo PASS || echo "FAIL rc=$rc") $(grep -a 'Checks:' "$out/$v-$t.log" | tail -1)" >>"$out/ab.txt"
       grep -a -E ":[FE]:" "$out/$v-$t.log" | head -5 >>"$out/ab.txt" # Check's failure lines
@@ -88,5 +92,5 @@ if [ -n "${AB_TESTS:-}" ]; then
   done
 fi
 grep -h -m1 "copy BW" "$out"/*-1.txt | head -1
-printf '%-10s %5s %4s %10s %10s %6s\n' variant round B median_ms p99_ms rows_differ
+printf '%-10s %5s %4s %10s %10s %6s %9s\n' variant round B median_ms p99_ms rows_differ 'max|d|'
 sort -k3,3n -k1,1 -s "$out/ab.txt"

@@ -220,6 +220,8 @@ static json_t *case_json(const memra_bench_report *r, const memra_bench_case *c)
     json_object_set_new(j, "isolation",
                         c->isolation < 0 ? json_null() : json_boolean(c->isolation));
     json_object_set_new(j, "rows_differ", json_integer(c->rows_differ));
+    json_object_set_new(j, "logits_differ", json_integer(c->logits_differ));
+    json_object_set_new(j, "max_abs_diff", json_real(c->max_abs_diff));
     json_object_set_new(j, "eager_median_ms",
                         c->eager_median_ms > 0 ? json_real(c->eager_median_ms) : json_null());
     json_object_set_new(j, "graph_speedup",

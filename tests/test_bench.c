@@ -167,7 +167,8 @@ static void check_case(json_t *j, double copy_gbs, uint32_t ticks, uint32_t warm
     static const char *const keys[] = {
         "tier",  "depth",   "ticks",       "median_ms",    "p99_ms",      "min_ms",      "mean_ms",
         "tok_s", "host_us", "host_p99_us", "weight_bytes", "kv_bytes",    "state_bytes", "bytes",
-        "gbs",   "frac_bw", "launches",    "graph_nodes",  "rows_differ", "host_launch_us", NULL};
+        "gbs",   "frac_bw", "launches",    "graph_nodes",  "rows_differ", "host_launch_us",
+        "logits_differ", "max_abs_diff", NULL};
     for (int i = 0; keys[i]; i++)
         num(j, keys[i]);
     const memra_forge_shape *s = memra_forge_preset("tiny");
@@ -199,6 +200,7 @@ static void check_case(json_t *j, double copy_gbs, uint32_t ticks, uint32_t warm
     else
         ck_assert_msg(json_is_true(iso), "tier %u depth %u: rows differ from tier 1", b, depth);
     ck_assert(json_is_null(json_object_get(j, "graph_speedup")));
+    ck_assert(num(j, "logits_differ") == 0 && num(j, "max_abs_diff") == 0);
 }
 
 /* Parse every line of path; count lines per type and check each. */
@@ -559,6 +561,28 @@ START_TEST(test_bench_bad_input)
 }
 END_TEST
 
+/* The isolation check's diagnostics: which logits differ, by how much, which are not finite
+ * (bit differences only: -0 against +0 counts, equal NaN bits do not). */
+START_TEST(test_bench_row_diff)
+{
+    const float ref[6] = {1.0f, -2.0f, 0.0f, NAN, 3.0f, 5.0f};
+    float got[6];
+    memcpy(got, ref, sizeof got);
+    memra_bench_rowdiff d;
+    memra_bench_row_diff(ref, got, 6, &d);
+    ck_assert(d.n_diff == 0 && d.first == -1 && d.max_abs == 0 && d.n_nonfinite == 0);
+    got[1] = -2.5f;      /* |d| 0.5 */
+    got[2] = -0.0f;      /* a sign of zero: differs, |d| 0 */
+    got[4] = INFINITY;   /* not finite */
+    got[5] = 5.0000005f; /* one ulp up */
+    memra_bench_row_diff(ref, got, 6, &d);
+    ck_assert_uint_eq(d.n_diff, 4);
+    ck_assert_int_eq(d.first, 1);
+    ck_assert(d.max_abs == 0.5);
+    ck_assert_uint_eq(d.n_nonfinite, 1);
+}
+END_TEST
+
 START_TEST(test_bench_stats)
 {
     double v[] = {5, 1, 4, 2, 3};
@@ -590,6 +614,7 @@ Suite *make_bench_suite(void)
     tcase_add_test(tc, test_bench_decode_prefill);
     tcase_add_test(tc, test_bench_bad_input);
     tcase_add_test(tc, test_bench_stats);
+    tcase_add_test(tc, test_bench_row_diff);
     suite_add_tcase(s, tc);
     return s;
 }
