@@ -53,7 +53,8 @@ void memra_bench_print_header(const memra_bench_report *r, FILE *f)
             "  options   --tiers %s --depths %s --ticks %u --warmup %u%s%s%s --seed %llu "
             "--prefill %s%s --copy-mib %u --copy-reps %u\n",
             tiers, depths, o->ticks, o->warmup, o->graphs ? "" : " --no-graph",
-            o->no_fusion ? " --no-fusion" : "", o->phases ? " --phases" : "", (unsigned long long)o->seed,
+            o->no_fusion ? " --no-fusion" : "", o->phases ? " --phases" : "",
+            (unsigned long long)o->seed,
             o->synthetic ? "synthetic" : "decode", o->isolation ? "" : " --no-isolation",
             o->copy_mib, o->copy_reps);
     fprintf(f, "  engine    n_ctx %u, %u slots, opened in %.0f ms%s\n", r->n_ctx, r->n_slots,

@@ -808,8 +808,8 @@ fail:
 }
 
 /* Every stage of tier t in order, then the sampled tokens back to pinned memory (a copy
- * kernel writing its mapped address). This is
- * the eager tick and, recorded once, the tier's graph. */
+ * kernel writing its mapped address). This is the eager tick and, recorded once, the tier's
+ * graph. */
 static int enqueue_tier(memra_cuda_backend *be, uint32_t t, cudaStream_t st, int eager,
                         memra_err *err)
 {

@@ -330,12 +330,18 @@ static const char *const k_opts[] = {"-std=c++17", "-fmad=false", "-ftz=false",
 /* The template texts in use and their hash, resolved on first use and again whenever
  * $MEMRA_NVRTC_TEMPLATES changes (tests switch it; changing it while compiles run is not
  * supported). */
+#define MAX_FILES 16 /* template files NVRTC is given (cmake/nvrtc.cmake embeds fewer) */
 static pthread_mutex_t g_src_mu = PTHREAD_MUTEX_INITIALIZER;
 static int g_src_resolved;
-static char g_src_env[1024];   /* the MEMRA_NVRTC_TEMPLATES value resolved ("" = unset) */
-static uint64_t g_src_hash;    /* 0 = unknown: every cache lookup misses, compiles still work */
-static const char *g_text[16]; /* the texts compiled: embedded, or an override of g_owned */
-static char *g_owned[16];
+static char g_src_env[1024];          /* the MEMRA_NVRTC_TEMPLATES value resolved ("" = unset) */
+static uint64_t g_src_hash;           /* 0 = unknown: every cache lookup misses, compiles work */
+static const char *g_text[MAX_FILES]; /* the texts compiled: embedded, or g_owned overrides */
+static char *g_owned[MAX_FILES];
+
+static int n_files(void)
+{
+    return memra_nvrtc_n_files < MAX_FILES ? memra_nvrtc_n_files : MAX_FILES;
+}
 
 /* MEMRA_NVRTC_TEMPLATES=DIR (development): a file of DIR named like an embedded one
  * (mmvq.cuh, ...) replaces it, so one binary can A/B template variants on a GPU
@@ -367,7 +373,7 @@ static char *override_text(const char *dir, const char *name)
  * and the NVRTC version. */
 static void src_resolve(const char *env)
 {
-    const int nf = memra_nvrtc_n_files < 16 ? memra_nvrtc_n_files : 16;
+    const int nf = n_files();
     for (int i = 0; i < nf; i++) {
         free(g_owned[i]);
         g_owned[i] = *env ? override_text(env, memra_nvrtc_files[i].name) : NULL;
@@ -393,7 +399,7 @@ static void src_resolve(const char *env)
     XXH64_freeState(st);
 }
 
-/* The hash of the texts in use; with text != NULL also copies their pointers (16 at most). */
+/* The hash of the texts in use; with text != NULL also copies their n_files() pointers. */
 static uint64_t src_texts(const char **text)
 {
     const char *env = getenv("MEMRA_NVRTC_TEMPLATES");
@@ -403,9 +409,8 @@ static uint64_t src_texts(const char **text)
     if (!g_src_resolved || strcmp(env, g_src_env) != 0)
         src_resolve(env);
     const uint64_t h = g_src_hash;
-    if (text)
-        for (int i = 0; i < memra_nvrtc_n_files && i < 16; i++)
-            text[i] = g_text[i];
+    for (int i = 0; text && i < n_files(); i++)
+        text[i] = g_text[i];
     pthread_mutex_unlock(&g_src_mu);
     return h;
 }
@@ -558,9 +563,9 @@ static int nvrtc_run(const memra_kernel_spec *spec, const char *key, memra_cubin
     int rc = MEMRA_OK;
     nvrtcProgram prog = NULL;
     char src[1024], arch[32];
-    const char *hdr_text[16], *hdr_name[16], *opts[N_OPTS + 1];
+    const char *hdr_text[MAX_FILES], *hdr_name[MAX_FILES], *opts[N_OPTS + 1];
     MEMRA_TRY(memra_nvrtc_source(spec, src, sizeof src, err));
-    const int nh = memra_nvrtc_n_files < 16 ? memra_nvrtc_n_files : 16;
+    const int nh = n_files();
     src_texts(hdr_text);
     for (int i = 0; i < nh; i++)
         hdr_name[i] = memra_nvrtc_files[i].name;

@@ -482,8 +482,10 @@ void memra_plan_manifest_free(memra_plan_manifest *m)
 int memra_plan_buf_named_outside(const memra_plan *p, uint32_t i, uint32_t buf)
 {
     for (uint32_t j = 0; j < p->n_launches; j++) {
+        if (j == i || j == i + 1)
+            continue;
         const memra_plan_launch *l = &p->launches[j];
-        for (uint32_t k = 0; j != i && j != i + 1 && k < l->n_args; k++)
+        for (uint32_t k = 0; k < l->n_args; k++)
             if (l->args[k].kind == MEMRA_ARG_BUF && l->args[k].index == buf)
                 return 1;
     }
