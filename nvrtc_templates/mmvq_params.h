@@ -97,12 +97,15 @@ typedef struct memra_mmvq_params {
 #define MEMRA_MMVQ_STAGES(slot) ((slot) <= 160 ? 3 : 2)
 
 /* CUDA blocks per SM the entry point asks the register allocator for (its __launch_bounds__
- * minimum, runtime/nvrtc.c), for tier b and n_w merged weights: 3 (80 registers, 24 warps
- * per SM) up to b = 8; 2 (128 registers) for b > 8, whose 2 x 4 accumulators need them, and
- * for merged launches at b = 3..4, which spill up to 1 KB at 80 (ptxas -v). The host also
- * sizes the shared-memory carveout from it, leaving the rest of the SM's 256 KB to L1 (the
+ * minimum, runtime/nvrtc.c), for tier b and n_w merged weights: 2 (128 registers) for b > 2
+ * and for single-weight launches at b = 2; 3 (80 registers, 24 warps per SM) at b = 1 and
+ * for merged launches at b = 2. Measured on the 9b tick (bench/results/mmvq-notes.md run
+ * 19): against 3 everywhere below b = 9, 2 is 6.3 % faster at b = 3, 4.6 % at b = 4, 3.5 %
+ * at b = 8 and 2.1 % at b = 2 (single weights only: merged and fused b = 2 launches are
+ * slower at 2, their one-wave grids becoming 1.5 waves). The host also sizes the
+ * shared-memory carveout from it for b > 4, leaving the rest of the SM's 256 KB to L1 (the
  * q8_1 rows every CUDA block re-reads). */
-#define MEMRA_MMVQ_MIN_BLOCKS(b, n_w) ((b) > 8 ? 2 : (n_w) > 1 && (b) >= 3 && (b) <= 4 ? 2 : 3)
+#define MEMRA_MMVQ_MIN_BLOCKS(b, n_w) ((b) > 2 || ((b) == 2 && (n_w) == 1) ? 2 : 3)
 
 /* The direct path: a launch of B <= MEMRA_MMVQ_DIRECT_MAX_B rows whose weights are all of a
  * direct type (q4_K: a 16-byte header and 128 bytes of codes; q6_K: 210-byte blocks, read

@@ -15,7 +15,7 @@
 --     expression evaluated by the validator's own evaluator (host.eval);
 --   * the arena layout: liveness-based allocation. A buffer lives from the launch that first
 --     touches it to the launch that last touches it (the stage input from launch 0, the
---     stage output and the logits to the end). Buffers are placed largest first at the lowest
+--     stage output and the logits to the end; Plan:keep extends it). Buffers are placed largest first at the lowest
 --     256-byte-aligned offset that overlaps no buffer whose live interval intersects its own,
 --     so dead buffers' bytes are reused. Ties break on first use, then name: deterministic;
 --   * kernel specialization keys, from the catalog's key templates;
@@ -320,6 +320,18 @@ function Plan:launch(opname, args)
     end
     self.launches[li] = l
     return l
+end
+
+-- Keep buffer v live through the latest launch, so that nothing placed there is written
+-- before that launch ends. The CUDA backend folds some launch pairs into one kernel
+-- (runtime/backend_cuda.c fold_pairs): the first launch's input must then outlive the
+-- second's output, or CUDA blocks of the fused kernel that run after others have written
+-- that output would read it as their input.
+function Plan:keep(v)
+    if type(v) ~= "table" or v.ref ~= "buf" or not v.last then
+        fail(2, "keep: expected a buffer some launch has named")
+    end
+    v.last = #self.launches
 end
 
 -- Projections of the same q8_1 input a [b, k]: outs = {{w = weight, out = buf, add = bool}},

@@ -174,6 +174,7 @@ local function dense_ffn(p, hp, il, h2, x)
     local gb, ub, a = p:buf(pre .. "ffn_g"), p:buf(pre .. "ffn_u"), p:buf(pre .. "ffn_act")
     p:mmvq(h2, hp.D, {{w = gate, out = gb}, {w = up, out = ub}})
     p:launch("silu_mul_q8", {g0 = gb, u0 = ub, y0 = a, n0 = n_ff, m0 = 1})
+    p:keep(h2) -- the backend may fuse the pair: a must not be placed over h2 (Plan:keep)
     p:mmvq(a, n_ff, {{w = p:weight(pre .. "ffn_down.weight"), out = x, add = true}})
 end
 

@@ -633,7 +633,9 @@ fail:
  * its two outputs, which no other launch names, become one launch (fuse 1: when its n_ff / 32
  * CUDA blocks are at least the SMs; 2: always): the mmvq writes silu_mul_q8's q8_1 output
  * itself (memra_mmvq_fuse_swiglu: the same bytes) and the silu_mul_q8 launch is skipped. Any
- * condition unmet (staged tiers, other shapes, a plan variant that reads g or u elsewhere)
+ * condition unmet (staged tiers, other shapes, a plan variant that reads g or u elsewhere, a
+ * plan that placed the SwiGLU output over the mmvq's input: the fused kernel's finished CUDA
+ * blocks would overwrite the input of blocks not yet started, memra_plan_bufs_overlap)
  * leaves both launches as planned. Counts the folds into info.folded[t]. */
 static void fold_pairs(memra_cuda_backend *be, cuda_plan *cp, uint32_t t)
 {
@@ -646,13 +648,16 @@ static void fold_pairs(memra_cuda_backend *be, cuda_plan *cp, uint32_t t)
         const memra_silu_mul_q8_args *sm = &S->a.silu_mul_q8;
         const memra_plan_arg *g = &p->launches[i + 1].args[MEMRA_SILU_MUL_Q8_G0];
         const memra_plan_arg *u = &p->launches[i + 1].args[MEMRA_SILU_MUL_Q8_U0];
+        const memra_plan_arg *y = &p->launches[i + 1].args[MEMRA_SILU_MUL_Q8_Y0];
+        const memra_plan_arg *a = &p->launches[i].args[MEMRA_MMVQ_A];
         if (sm->n_slots != 1 || sm->slot[0].m != 1 || sm->b != L->ml.b || mp->n_w != 2 ||
             sm->slot[0].g != mp->out[0].y || sm->slot[0].u != mp->out[1].y ||
             sm->slot[0].n != mp->out[0].n_out ||
             (be->opts.fuse == 1 && sm->slot[0].n / 32 < be->info.n_sm))
             continue;
         memra_mmvq_launch fused = L->ml;
-        if (g->kind != MEMRA_ARG_BUF || u->kind != MEMRA_ARG_BUF ||
+        if (g->kind != MEMRA_ARG_BUF || u->kind != MEMRA_ARG_BUF || y->kind != MEMRA_ARG_BUF ||
+            a->kind != MEMRA_ARG_BUF || memra_plan_bufs_overlap(p, a->index, y->index) ||
             memra_plan_buf_named_outside(p, i, g->index) ||
             memra_plan_buf_named_outside(p, i, u->index) ||
             memra_mmvq_fuse_swiglu(&fused, sm->slot[0].y_q, NULL) != MEMRA_OK)

@@ -172,6 +172,11 @@ void memra_plan_free(memra_plan *p); /* NULL is a no-op */
  * backend folds such a pair into one launch only when the buffers between them are theirs
  * alone). */
 int memra_plan_buf_named_outside(const memra_plan *p, uint32_t i, uint32_t buf);
+/* Whether arena buffers a and b share a byte (their placement overlaps: the planner places a
+ * buffer over one whose live interval has ended). A fused launch whose output overlaps its
+ * input would overwrite, from CUDA blocks that have finished, the input of blocks not yet
+ * started; the CUDA backend folds a pair only when they are disjoint. */
+int memra_plan_bufs_overlap(const memra_plan *p, uint32_t a, uint32_t b);
 
 /* Smallest manifest tier >= b, or 0 when b exceeds every tier. */
 uint32_t memra_plan_tier_for(const memra_plan_manifest *m, uint32_t b);

@@ -88,7 +88,7 @@ for t in memra-gpu-tests memra-gpu-ops-tests; do
     t0=$(now)
     # memra-gpu-tests compiles its 244 specializations first when the cache is cold (25-35 s)
     # and ends with the bandwidth table: 94-120+ s (killed at 120 once, on a slow host)
-    if [ "$t" = memra-gpu-tests ]; then limit=${MMVQ_LIMIT:-150}; else limit=${OPS_LIMIT:-90}; fi
+    if [ "$t" = memra-gpu-tests ]; then limit=${MMVQ_LIMIT:-200}; else limit=${OPS_LIMIT:-90}; fi
     timeout "$(lim "$limit")" "$bin/$t" >"$out/$t.log" 2>&1
     rc=$?
     [ $rc = 124 ] && echo "$t: killed at its time limit ($limit s)" >>"$out/$t.log"

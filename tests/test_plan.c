@@ -439,7 +439,7 @@ static void check_direct_split(const memra_plan *p)
 /* The launch pairs the CUDA backend folds (runtime/backend_cuda.c fold_pairs) are there in
  * the plans' order: every dense FFN's silu_mul_q8 right after the mmvq {gate, up} that writes
  * its g and u, which no other launch names. A planner change that moves them apart would
- * silently cost the fold. */
+ * silently cost the fold. The SwiGLU output never shares bytes with the mmvq's input. */
 static void check_fold_pairs(const memra_plan *p, uint32_t n_layer)
 {
     uint32_t swiglu = 0;
@@ -454,6 +454,10 @@ static void check_fold_pairs(const memra_plan *p, uint32_t n_layer)
             ck_assert_uint_eq(prev->args[MEMRA_MMVQ_W2].kind, MEMRA_ARG_NONE);
             ck_assert(!memra_plan_buf_named_outside(p, i - 1, g) &&
                       !memra_plan_buf_named_outside(p, i - 1, u));
+            /* the fused kernel writes y while later CUDA blocks still read a (Plan:keep) */
+            ck_assert_msg(!memra_plan_bufs_overlap(p, prev->args[MEMRA_MMVQ_A].index,
+                                                   l->args[MEMRA_SILU_MUL_Q8_Y0].index),
+                          "launch %u: silu_mul_q8's output placed over the mmvq's input", i);
             swiglu++;
         }
     }

@@ -863,7 +863,8 @@ START_TEST(test_quantize_q8_1_bytes)
         for (int rows = 1; rows <= 16; rows += 15) {
             const int n = ns[i], nb = (n + 31) / 32;
             float *x = malloc((size_t)rows * n * 4);
-            memra_block_q8_1 *want = malloc((size_t)rows * nb * 36), *got = malloc((size_t)rows * nb * 36);
+            memra_block_q8_1 *want = malloc((size_t)rows * nb * 36),
+                             *got = malloc((size_t)rows * nb * 36);
             fill_quant_cases(x, rows, n, &rng);
             for (int b = 0; b < rows; b++)
                 memra_quantize_q8_1(x + (size_t)b * n, want + (size_t)b * nb, n);
@@ -947,6 +948,35 @@ static void pdl_launch(const graph_api *ga, CUstream st, CUfunction f, unsigned 
     CUlaunchConfig cfg;
     memra_cu_pdl_config(&cfg, &attr, grid, threads, smem, st);
     GR_OK(ga->launch_ex(&cfg, f, params, NULL));
+}
+
+/* The chain tests' start: a GPU, checks on, the graph entry points in ga (else SKIP). */
+#define CHAIN_PROLOGUE(ga)                                                                         \
+    GPU_OR_SKIP();                                                                                 \
+    BENCH_ONLY_SKIP();                                                                             \
+    graph_api ga;                                                                                  \
+    if (!graph_api_get(&ga)) {                                                                     \
+        printf("SKIP %s: no graph / cuLaunchKernelEx entry points\n", __func__);                   \
+        return;                                                                                    \
+    }
+
+/* quantize_q8_1 of B rows of K floats at x into the q8_1 rows at a, PDL-launched as the tick
+ * launches it. */
+static void pdl_quantize(const graph_api *ga, CUstream st, CUfunction fq, CUdeviceptr x,
+                         CUdeviceptr a, int K, int B)
+{
+    int n = K, rows = B;
+    void *qp[] = {&x, &a, &n, &rows};
+    pdl_launch(ga, st, fq, (unsigned)((B * (K / 32) + 7) / 8), 256, 0, qp);
+}
+
+/* End the capture on st into *g and instantiate it. */
+static CUgraphExec capture_end(const graph_api *ga, CUstream st, CUgraph *g)
+{
+    CUgraphExec ge;
+    GR_OK(ga->end(st, g));
+    GR_OK(ga->inst(&ge, *g, 0));
+    return ge;
 }
 
 /* A real decode shape of a 9B model (n_embd 4096): up to 4 weights merged on one input. */
@@ -1277,13 +1307,7 @@ enum { CHAIN_STEPS = 3, CHAIN_REPLAYS = 2 };
  * launched back to back with their producer as in the tick. */
 START_TEST(test_mmvq_pdl_chain)
 {
-    GPU_OR_SKIP();
-    BENCH_ONLY_SKIP();
-    graph_api ga;
-    if (!graph_api_get(&ga)) {
-        printf("SKIP %s: no graph / cuLaunchKernelEx entry points\n", __func__);
-        return;
-    }
+    CHAIN_PROLOGUE(ga);
     CUfunction fq = kernel("quantize_q8_1");
     bench_prewarm(256, 256); /* the shapes' specializations, compiled in parallel */
     CUstream st;
@@ -1363,16 +1387,12 @@ START_TEST(test_mmvq_pdl_chain)
             GR_OK(ga.begin(st, CU_STREAM_CAPTURE_MODE_RELAXED));
             CU_OK(cuMemcpyDtoDAsync(dy, dinit, ytot * 4, st));
             for (int s = 0; s < CHAIN_STEPS; s++) {
-                CUdeviceptr xs = dx + (size_t)s * 16 * K * 4;
-                int n = K, rows = B;
-                void *qp[] = {&xs, &da, &n, &rows};
-                pdl_launch(&ga, st, fq, (unsigned)((B * nb + 7) / 8), 256, 0, qp);
+                pdl_quantize(&ga, st, fq, dx + (size_t)s * 16 * K * 4, da, K, B);
                 void *mp[] = {&L[s].params};
                 pdl_launch(&ga, st, fm, L[s].grid, L[s].threads, L[s].smem, mp);
                 launches += 2;
             }
-            GR_OK(ga.end(st, &g));
-            GR_OK(ga.inst(&ge, g, 0));
+            ge = capture_end(&ga, st, &g);
             for (int rep = 0; rep < CHAIN_REPLAYS; rep++) {
                 GR_OK(ga.launch(ge, st));
                 CU_OK(cuStreamSynchronize(st));
@@ -1405,6 +1425,179 @@ START_TEST(test_mmvq_pdl_chain)
     CU_OK(cuStreamDestroy(st));
     printf("TABLE|mmvq PDL chain (quantize_q8_1 -> mmvq, 9b shapes, B = 1..16, %d steps x %d "
            "replays): %ld/%ld outputs bit-identical to the CPU, %ld launches, %.1f s\n",
+           CHAIN_STEPS, CHAIN_REPLAYS, pairs - bad, pairs, launches, now_s() - t0);
+    ck_assert_msg(bad == 0, "%ld of %ld outputs differ from the CPU", bad, pairs);
+}
+END_TEST
+
+/* The tick's FFN at the 9b shape (D 4096, F 12288), B = 1 and 2, exactly as the engine
+ * launches it with fusion on: per step a PDL quantize_q8_1 writes the activations, the fused
+ * {gate, up} + SwiGLU mmvq (memra_mmvq_fuse_swiglu) reads them and writes the q8_1 rows of
+ * silu(g) u, and the PDL down mmvq (q4_K on even steps, q6_K on odd ones, as Q4_K_M mixes
+ * them) reads those and adds onto known values. Each kernel's input is its predecessor's
+ * output, which the PDL chain test's shapes do not cover (their mmvq feeds nothing). One
+ * captured graph, replayed twice; every output and the last step's q8_1 rows memcmp-equal
+ * to the CPU (memra_mmvq_dot, memra_silu_mul_q8_ref). */
+/* Random q4_K / q6_K blocks (fill_block) with moderate scales (weights of magnitude < 2), so
+ * that a whole FFN stays finite: fill_block's scales span the fp16 range, and silu(g) u must
+ * stay below 127 x 65504 for its q8_1 scale (fp16) to be finite. */
+static void ffn_weight(int qt, uint8_t *w, size_t bytes, tu_rng *r)
+{
+    const size_t db = memra_quant_dot_block_bytes((memra_qtype)qt);
+    for (size_t off = 0; off < bytes; off += db) {
+        uint8_t *p = w + off;
+        fill_block(qt, p, db, r);
+        const double u = (double)(tu_rng_u64(r) >> 11) / 9007199254740992.0; /* [0, 1) */
+        if (qt == MEMRA_QT_Q6_K) { /* int8 sub-block scales up to 128, codes up to 32 */
+            put16(p + 208, memra_f32_to_fp16((float)ldexp(1.0 + u, -13)));
+        } else {
+            put16(p, memra_f32_to_fp16((float)ldexp(1.0 + u, -10)));
+            put16(p + 2, memra_f32_to_fp16((float)ldexp(u, -10)));
+        }
+    }
+}
+
+START_TEST(test_mmvq_ffn_chain)
+{
+    CHAIN_PROLOGUE(ga);
+    enum { D = 4096, F = 12288 };
+    const int qt[4] = {MEMRA_QT_Q4_K, MEMRA_QT_Q4_K, MEMRA_QT_Q4_K, MEMRA_QT_Q6_K};
+    const int kin[4] = {D, D, F, F}, nout[4] = {F, F, D, D}; /* gate, up, down q4_K, down q6_K */
+    CUfunction fq = kernel("quantize_q8_1");
+    CUstream st;
+    CU_OK(cuStreamCreate(&st, CU_STREAM_NON_BLOCKING));
+    tu_rng rng;
+    tu_rng_seed(&rng, 5151);
+    const double t0 = now_s();
+    uint8_t *w[4];
+    CUdeviceptr dw[4];
+    size_t rb[4];
+    for (int i = 0; i < 4; i++) {
+        rb[i] = memra_quant_row_bytes((memra_qtype)qt[i], kin[i]);
+        const size_t bytes = rb[i] * (size_t)nout[i];
+        ck_assert_ptr_nonnull(w[i] = malloc(bytes));
+        ffn_weight(qt[i], w[i], bytes, &rng);
+        dw[i] = dalloc(bytes);
+        CU_OK(cuMemcpyHtoD(dw[i], w[i], bytes));
+    }
+    /* CPU: per step 16 rows; tier B checks the first B */
+    const size_t qb = (size_t)16 * (F / 32) * sizeof(memra_block_q8_1);
+    float *x = malloc((size_t)CHAIN_STEPS * 16 * D * 4), *init = malloc((size_t)16 * D * 4);
+    float *want = malloc((size_t)CHAIN_STEPS * 16 * D * 4), *got = malloc((size_t)16 * D * 4);
+    float *g = malloc((size_t)16 * F * 4), *u = malloc((size_t)16 * F * 4);
+    memra_block_q8_1 *a = malloc((size_t)16 * (D / 32) * sizeof *a);
+    memra_block_q8_1 *yq = malloc((size_t)CHAIN_STEPS * qb), *gotq = malloc(qb);
+    ck_assert(x && init && want && got && g && u && a && yq && gotq);
+    for (size_t j = 0; j < (size_t)16 * D; j++)
+        init[j] = tu_rng_normal(&rng);
+    for (int s = 0; s < CHAIN_STEPS; s++) {
+        float *xs = x + (size_t)s * 16 * D; /* normed hidden states: unit scale x 2^(b%4 - 1) */
+        for (int b = 0; b < 16; b++)
+            for (int j = 0; j < D; j++)
+                xs[(size_t)b * D + j] = ldexpf(tu_rng_normal(&rng), b % 4 - 1);
+        for (int b = 0; b < 16; b++)
+            memra_quantize_q8_1(xs + (size_t)b * D, a + (size_t)b * (D / 32), D);
+        ref_job jg = {.qt = qt[0], .K = D, .N = F, .w = w[0], .a = a, .ref = g};
+        ref_job ju = {.qt = qt[1], .K = D, .N = F, .w = w[1], .a = a, .ref = u};
+        cpu_ref(&jg);
+        cpu_ref(&ju);
+        memra_block_q8_1 *ys = yq + (size_t)s * 16 * (F / 32);
+        memra_silu_mul_q8_args sm = {.b = 16, .n_slots = 1};
+        sm.slot[0] = (memra_silu_mul_q8_slot){.g = g, .u = u, .y_q = ys, .n = F, .m = 1};
+        ck_assert_int_eq(memra_silu_mul_q8_ref(&sm), MEMRA_OK);
+        const int di = 2 + (s & 1);
+        float *ws = want + (size_t)s * 16 * D;
+        ref_job jd = {.qt = qt[di], .K = F, .N = D, .w = w[di], .a = ys, .ref = ws};
+        cpu_ref(&jd);
+        for (size_t k = 0; k < (size_t)16 * D; k++) {
+            ws[k] = init[k] + ws[k];
+            ck_assert_msg(isfinite(ws[k]), "ffn chain: CPU output %zu of step %d not finite", k, s);
+        }
+    }
+    const size_t xb = (size_t)CHAIN_STEPS * 16 * D * 4; /* x, y, init: [step][16][D] f32 */
+    CUdeviceptr dx = dalloc(xb), da = dalloc((size_t)16 * (D / 32) * 36), dq = dalloc(qb),
+                dy = dalloc(xb), dinit = dalloc(xb), dg = dalloc((size_t)16 * F * 4);
+    CU_OK(cuMemcpyHtoD(dx, x, xb));
+    for (int s = 0; s < CHAIN_STEPS; s++)
+        CU_OK(cuMemcpyHtoD(dinit + (size_t)s * 16 * D * 4, init, (size_t)16 * D * 4));
+    long pairs = 0, bad = 0, launches = 0;
+    for (int B = 1; B <= 2; B++) {
+        memra_mmvq_launch Lf, Ld[2];
+        memra_err e;
+        memra_err_clear(&e);
+        /* gate and up store nowhere once fused; dg only satisfies the args' checks */
+        memra_mmvq_args af = {.a = dptr(da), .n_in = D, .b = B, .n_w = 2};
+        for (int i = 0; i < 2; i++)
+            af.out[i] = (memra_mmvq_out){
+                .w = dptr(dw[i]), .y = dptr(dg), .qtype = qt[i], .n_out = F, .row_bytes = rb[i]};
+        ck_assert_msg(memra_mmvq_prepare(&af, G.sm, 0, 0, &Lf, &e) == MEMRA_OK, "%s", e.msg);
+        ck_assert_msg(memra_mmvq_fuse_swiglu(&Lf, dptr(dq), &e) == MEMRA_OK, "%s", e.msg);
+        CUfunction ff = kernel(Lf.key), fd[2];
+        for (int i = 0; i < 2; i++) {
+            memra_mmvq_args ad = {.a = dptr(dq), .n_in = F, .b = B, .n_w = 1};
+            ad.out[0] = (memra_mmvq_out){.w = dptr(dw[2 + i]),
+                                         .y = dptr(dy),
+                                         .qtype = qt[2 + i],
+                                         .n_out = D,
+                                         .row_bytes = rb[2 + i],
+                                         .mode = MEMRA_MMVQ_ADD};
+            ck_assert_msg(memra_mmvq_prepare(&ad, G.sm, 0, 0, &Ld[i], &e) == MEMRA_OK, "%s", e.msg);
+            fd[i] = kernel(Ld[i].key);
+        }
+        CUgraph gr;
+        CUgraphExec ge;
+        GR_OK(ga.begin(st, CU_STREAM_CAPTURE_MODE_RELAXED));
+        CU_OK(cuMemcpyDtoDAsync(dy, dinit, xb, st));
+        for (int s = 0; s < CHAIN_STEPS; s++) {
+            pdl_quantize(&ga, st, fq, dx + (size_t)s * 16 * D * 4, da, D, B);
+            void *fp[] = {&Lf.params};
+            pdl_launch(&ga, st, ff, Lf.grid, Lf.threads, Lf.smem, fp);
+            memra_mmvq_launch L = Ld[s & 1];
+            L.params.out[0].y = dptr(dy + (size_t)s * 16 * D * 4);
+            void *dp[] = {&L.params};
+            pdl_launch(&ga, st, fd[s & 1], L.grid, L.threads, L.smem, dp);
+            launches += 3;
+        }
+        ge = capture_end(&ga, st, &gr);
+        for (int rep = 0; rep < CHAIN_REPLAYS; rep++) {
+            GR_OK(ga.launch(ge, st));
+            CU_OK(cuStreamSynchronize(st));
+            for (int s = 0; s < CHAIN_STEPS; s++) {
+                CU_OK(cuMemcpyDtoH(got, dy + (size_t)s * 16 * D * 4, (size_t)B * D * 4));
+                const float *ws = want + (size_t)s * 16 * D;
+                for (int k = 0; k < B * D; k++) {
+                    pairs++;
+                    if (memcmp(&got[k], &ws[k], 4) != 0 && bad++ < 6)
+                        printf("  FAIL ffn chain B=%d replay %d step %d row %d out %d: gpu %.9g "
+                               "cpu %.9g\n",
+                               B, rep, s, k / D, k % D, got[k], ws[k]);
+                }
+            }
+            /* the last step's q8_1 rows of silu(g) u (dq holds them after the graph) */
+            CU_OK(cuMemcpyDtoH(gotq, dq, (size_t)B * (F / 32) * sizeof *gotq));
+            const memra_block_q8_1 *wq = yq + (size_t)(CHAIN_STEPS - 1) * 16 * (F / 32);
+            for (int k = 0; k < B * (F / 32); k++) {
+                pairs++;
+                if (memcmp(&gotq[k], &wq[k], sizeof *gotq) != 0 && bad++ < 6)
+                    printf("  FAIL ffn chain B=%d replay %d: q8_1 block %d of silu(g) u\n", B, rep,
+                           k);
+            }
+        }
+        GR_OK(ga.exec_destroy(ge));
+        GR_OK(ga.destroy(gr));
+    }
+    for (int i = 0; i < 4; i++) {
+        CU_OK(cuMemFree(dw[i]));
+        free(w[i]);
+    }
+    CUdeviceptr fr[] = {dx, da, dq, dy, dinit, dg};
+    for (int i = 0; i < 6; i++)
+        CU_OK(cuMemFree(fr[i]));
+    CU_OK(cuStreamDestroy(st));
+    free(x), free(init), free(want), free(got), free(g), free(u), free(a), free(yq), free(gotq);
+    printf("TABLE|mmvq FFN chain (quantize_q8_1 -> fused gate/up SwiGLU -> down, 9b, B = 1..2, "
+           "%d steps x %d replays): %ld/%ld outputs bit-identical to the CPU, %ld launches, "
+           "%.1f s\n",
            CHAIN_STEPS, CHAIN_REPLAYS, pairs - bad, pairs, launches, now_s() - t0);
     ck_assert_msg(bad == 0, "%ld of %ld outputs differ from the CPU", bad, pairs);
 }
@@ -1450,8 +1643,13 @@ Suite *make_mmvq_gpu_suite(void)
     tcase_add_loop_test(tc, test_mmvq_qtype, 0, N_TYPES);
     tcase_add_test(tc, test_mmvq_merged);
     tcase_add_test(tc, test_mmvq_swiglu);
-    tcase_add_test(tc, test_mmvq_pdl_chain);
     tcase_add_test(tc, test_bandwidth);
     suite_add_tcase(s, tc);
+    /* the tick's kernel chains at the 9b shapes: CK_RUN_CASE=chain runs only these */
+    TCase *chain = tcase_create("chain");
+    tcase_set_timeout(chain, 3600);
+    tcase_add_test(chain, test_mmvq_pdl_chain);
+    tcase_add_test(chain, test_mmvq_ffn_chain);
+    suite_add_tcase(s, chain);
     return s;
 }
