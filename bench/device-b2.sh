@@ -10,7 +10,7 @@
 #   env: B2_CHAIN (default mb2-w2), B2_VARIANTS (default mb2-w2 mb2-w2-coh mb2-w2-norelease),
 #        B2_ROUNDS (2), B2_TIERS (1,2), B2_TICKS (5), B2_EXTRA (default none)
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 root=$PWD
 out=${OUT:-$root/out}
 mkdir -p "$out/chain"

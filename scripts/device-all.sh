@@ -27,6 +27,7 @@ m9=/tmp/memra-9b.gguf
 forge_9b_bg 300
 OUT=$dest/gates BUDGET=${GATES_BUDGET:-300} scripts/device-gates.sh >"$dest/gates/summary.txt" 2>&1
 wait $forge
+sync # the forge's dirty pages written back before anything is timed
 OUT=$dest/bench BUDGET=${BENCH_BUDGET:-260} bench/device-bench.sh >"$dest/bench/summary.txt" 2>&1
 rm -f "$dest/bench/kcache.tgz" "$dest/gates/kcache.tgz" # keep what comes back small
 # 9b generates on the GPU: 64 greedy tokens after a short prompt, graph replay
