@@ -5,3 +5,5 @@ memra_area(qwen35 SOURCES runtime/qwen35.c DEPS memra_gguf memra_quant memra_bas
 memra_area(refmodel SOURCES runtime/refmodel.c DEPS memra_qwen35 memra_ops Threads::Threads
            TESTS tests/test_refmodel.c TEST_DEPS memra_forge PkgConfig::XXHASH)
 memra_tool(memra-run SOURCES tools/memra-run.c DEPS memra_refmodel PkgConfig::XXHASH)
+# bench/act_eval.c: the accuracy of activation formats on a whole model (refmodel act_sim)
+memra_tool(memra-act-eval SOURCES bench/act_eval.c DEPS memra_refmodel m)

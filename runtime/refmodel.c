@@ -201,10 +201,32 @@ typedef struct mv_job {
     float scale;
     int use_scale;
     const ref_act *a;
+    const float *xsim; /* [n_in] simulated activations (config act_sim), else NULL */
     float *y;
-    float *rowbuf; /* [n_in], only for the f32 path */
+    float *rowbuf; /* [n_in], for the f32 and simulated paths */
     int64_t r0, r1;
 } mv_job;
+
+/* config.act_sim: x rounded with one q8_1-style scale per g elements (g > 0), or copied. */
+static void act_simulate(const float *x, float *xo, int64_t n, int g)
+{
+    if (g <= 0) {
+        memcpy(xo, x, (size_t)n * sizeof *x);
+        return;
+    }
+    for (int64_t i0 = 0; i0 < n; i0 += g) {
+        const int64_t i1 = n - i0 < g ? n : i0 + g;
+        float amax = 0.0f;
+        for (int64_t i = i0; i < i1; i++)
+            amax = fmaxf(amax, fabsf(x[i]));
+        const float d = amax / 127.0f, dq = memra_fp16_to_f32(memra_f32_to_fp16(d));
+        for (int64_t i = i0; i < i1; i++) {
+            float r = d == 0.0f ? 0.0f : roundf(x[i] / d);
+            r = r != r ? 0.0f : fminf(fmaxf(r, -127.0f), 127.0f);
+            xo[i] = r * dq;
+        }
+    }
+}
 
 static void mv_rows(const mv_job *j)
 {
@@ -212,7 +234,13 @@ static void mv_rows(const mv_job *j)
     for (int64_t r = j->r0; r < j->r1; r++) {
         const uint8_t *row = j->base + (size_t)r * w->row_bytes;
         float v;
-        if (w->q8) {
+        if (j->xsim) {
+            memra_dequantize_row(w->type, row, j->rowbuf, w->n_in);
+            double acc = 0.0;
+            for (int64_t i = 0; i < w->n_in; i++)
+                acc += (double)j->rowbuf[i] * j->xsim[i];
+            v = (float)acc;
+        } else if (w->q8) {
             v = w->serial ? memra_vec_dot_q8_1(w->type, row, j->a->q, w->n_in)
                           : memra_mmvq_dot((int32_t)w->type, row, j->a->q, (int32_t)w->n_in);
         } else {
@@ -239,9 +267,13 @@ static void *mv_thread(void *arg)
 /* y[n_out] = W_expert · x. rowbufs: [n_threads, max_in]. Rows are split in contiguous ranges;
  * each row's value depends only on the row, so the split never changes a bit. */
 static void ref_matvec(const ref_mat *w, int64_t expert, ref_act *a, float *y, float *rowbufs,
-                       int64_t rowbuf_stride, int n_threads)
+                       int64_t rowbuf_stride, int n_threads, int act_sim, float *xsim)
 {
-    if (w->q8 && !a->quantized) {
+    if (w->q8 && act_sim)
+        act_simulate(a->x, xsim, a->n, act_sim);
+    else
+        xsim = NULL;
+    if (xsim == NULL && w->q8 && !a->quantized) {
         memra_quantize_q8_1(a->x, a->q, a->n);
         a->quantized = 1;
     }
@@ -258,6 +290,7 @@ static void ref_matvec(const ref_mat *w, int64_t expert, ref_act *a, float *y, f
             .use_scale = w->scale != NULL,
             .scale = w->scale ? w->scale[w->scale_n > 1 ? expert : 0] : 1.0f,
             .a = a,
+            .xsim = xsim,
             .y = y,
             .rowbuf = rowbufs + t * rowbuf_stride,
             .r0 = w->n_out * t / nt,
@@ -310,11 +343,13 @@ struct memra_ref_model {
     int64_t max_in;  /* largest mat-vec input width: rowbuf stride */
     int64_t max_mid; /* largest mid activation (Hq·dh, Cv, F, Fe, Fs) */
     int n_threads;
+    int act_sim; /* config.act_sim */
 };
 
 void memra_ref_model_config_default(memra_ref_model_config *cfg)
 {
     cfg->n_threads = 1;
+    cfg->act_sim = 0;
 }
 
 const memra_qwen35_hparams *memra_ref_model_hparams(const memra_ref_model *m)
@@ -465,6 +500,14 @@ int memra_ref_model_open_gguf(memra_gguf *g, const memra_ref_model_config *cfg,
         goto fail;
     }
     m->n_threads = cfg->n_threads;
+    if (cfg->act_sim != 0 && cfg->act_sim != MEMRA_REF_ACT_F32 &&
+        (cfg->act_sim < 32 || cfg->act_sim > 1024 || cfg->act_sim % 32 != 0)) {
+        rc = MEMRA_FAIL(err, MEMRA_ERR_INVALID_ARG,
+                        "act_sim = %d: 0, MEMRA_REF_ACT_F32 or a multiple of 32 up to 1024",
+                        cfg->act_sim);
+        goto fail;
+    }
+    m->act_sim = cfg->act_sim;
     MEMRA_TRY(memra_qwen35_hparams_load(g, &m->hp, err));
     m->w = calloc(1, sizeof *m->w);
     m->layers = calloc(m->hp.n_layer, sizeof *m->layers);
@@ -541,6 +584,7 @@ struct memra_ref_seq {
     int32_t *route_ids;             /* [k] */
     float *expert_out, *moe_acc;    /* [D] */
     float *rowbufs;                 /* [n_threads, max_in] */
+    float *xsim;                    /* [max_in] config.act_sim's activations */
     memra_block_q8_1 *q_in, *q_mid; /* q8_1 of the block input [D/32] and of mid activations */
 };
 
@@ -597,6 +641,7 @@ static void seq_layout(memra_ref_seq *s, arena_cursor *c)
     s->expert_out = arena_take(c, D, sizeof(float));
     s->moe_acc = arena_take(c, D, sizeof(float));
     s->rowbufs = arena_take(c, (size_t)m->n_threads * (size_t)m->max_in, sizeof(float));
+    s->xsim = arena_take(c, m->act_sim ? (size_t)m->max_in : 0, sizeof(float));
     s->q_in = arena_take(c, D / 32 + 1, sizeof(memra_block_q8_1));
     s->q_mid = arena_take(c, mid / 32 + 1, sizeof(memra_block_q8_1));
 }
@@ -665,7 +710,7 @@ void memra_ref_seq_reset(memra_ref_seq *s)
 static void matvec(const memra_ref_model *m, memra_ref_seq *s, const ref_mat *w, int64_t expert,
                    ref_act *a, float *y)
 {
-    ref_matvec(w, expert, a, y, s->rowbufs, m->max_in, m->n_threads);
+    ref_matvec(w, expert, a, y, s->rowbufs, m->max_in, m->n_threads, m->act_sim, s->xsim);
 }
 
 /* §3.3 gated full attention at position s->pos; input s->h, output out [D]. */

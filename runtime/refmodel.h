@@ -43,9 +43,18 @@ typedef struct memra_ref_seq memra_ref_seq;
 
 typedef struct memra_ref_model_config {
     int n_threads; /* threads per mat-vec (>= 1; default 1); results do not depend on it */
+    /* An accuracy experiment, NOT the engine's arithmetic (default 0 = the engine's bits).
+     * Nonzero: every mat-vec whose weight has a q8_1 dot dequantizes its rows and dots them
+     * in f64 against activations that are either exact (MEMRA_REF_ACT_F32) or rounded as
+     * q8_1 rounds them but with one scale per act_sim elements (a multiple of 32 up to
+     * 1024): code = round(x / d), d = amax / 127 over the group, value = code x fp16(d).
+     * 32 is today's q8_1; larger groups model the grouped activation scales of
+     * bench/results/mmvq-notes.md run 17 (bench/act_eval.c compares them). */
+    int act_sim;
 } memra_ref_model_config;
+#define MEMRA_REF_ACT_F32 (-1)
 
-/* Defaults: n_threads = 1. */
+/* Defaults: n_threads = 1, act_sim = 0. */
 void memra_ref_model_config_default(memra_ref_model_config *cfg);
 
 /* Open a GGUF file, load and validate hparams, bind and check every tensor, convert the small

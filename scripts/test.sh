@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test.sh — the whole CPU test suite, as CI runs it (GPU tests live in separate binaries that
 # SKIP without a GPU; scripts/device-gates.sh runs them on the H200):
-#   1. every suite built with ASan+UBSan (build-asan/memra-tests);
+#   1. every suite built with ASan+UBSan (build-asan/memra-tests), and memra-act-eval run end
+#      to end on a forged tiny model;
 #   2. the plain build's NVRTC suite, which compiles every mmvq specialization (qtype x
 #      B = 1..16) for sm_90 — under ASan NVRTC is ~5x slower, so step 1 compiles B = 1, 16.
 set -euo pipefail
@@ -10,6 +11,16 @@ MEMRA_SANITIZE=1 scripts/setup.sh
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 (cd build-asan && ./memra-tests)
+# memra-act-eval end to end on a forged tiny model (the ASan build): every format reported
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+build-asan/memra-forge --preset tiny --seed 1 -o "$tmp/tiny.gguf" >/dev/null
+build-asan/memra-act-eval -m "$tmp/tiny.gguf" --tokens 2 --groups 32,256 >"$tmp/act.txt"
+for f in engine G=32 G=256; do
+  grep -q "^act_eval format=$f tokens=2 rel_median=" "$tmp/act.txt" ||
+    { echo "memra-act-eval: no $f line" >&2; cat "$tmp/act.txt" >&2; exit 1; }
+done
+echo "memra-act-eval on tiny: $(grep -c '^act_eval format=' "$tmp/act.txt") formats"
 if [ -f cmake/nvrtc.cmake ] && command -v nvcc >/dev/null 2>&1; then
   cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
   cmake --build build -j "$(nproc)" --target test_nvrtc

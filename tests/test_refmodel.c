@@ -1922,6 +1922,83 @@ START_TEST(test_weight_types_close_to_f32)
 }
 END_TEST
 
+/* config.act_sim, the activation-format experiment (bench/act_eval.c): exact activations and
+ * one scale per 256 land near the engine's logits but not on them; one scale per 32 (the
+ * engine's rounding, dotted in f64) lands far closer to them than exact activations do,
+ * which is what makes the grouped runs a model of a grouped engine; a grouped run does not depend on the thread
+ * count; out-of-range values are refused. */
+static double rel_l2(const float *a, const float *b, size_t n)
+{
+    double num = 0, den = 0;
+    for (size_t k = 0; k < n; k++) {
+        num += ((double)a[k] - b[k]) * ((double)a[k] - b[k]);
+        den += (double)b[k] * b[k];
+    }
+    return sqrt(num / den);
+}
+
+START_TEST(test_act_sim)
+{
+    enum { N = 4 };
+    const int32_t tok[N] = {3, 500, 77, 1000};
+    const int sims[4] = {0, MEMRA_REF_ACT_F32, 32, 256};
+    char path[256];
+    memra_err err;
+    forge_small("q4_k_m", path, sizeof path);
+    float *l[4], *again = NULL;
+    uint32_t V = 0;
+    for (int i = 0; i < 4; i++) {
+        memra_ref_model_config cfg;
+        memra_ref_model_config_default(&cfg);
+        cfg.act_sim = sims[i];
+        cfg.n_threads = i == 3 ? 2 : 1;
+        memra_ref_model *m;
+        ck_assert_msg(memra_ref_model_open(path, &cfg, &m, &err) == MEMRA_OK, "%s", err.msg);
+        V = memra_ref_model_hparams(m)->n_vocab;
+        ck_assert_ptr_nonnull(l[i] = malloc((size_t)N * V * sizeof(float)));
+        run_tokens(m, tok, N, l[i]);
+        if (i == 3) { /* again on one thread: the same bytes */
+            memra_ref_model_close(m);
+            cfg.n_threads = 1;
+            ck_assert_msg(memra_ref_model_open(path, &cfg, &m, &err) == MEMRA_OK, "%s", err.msg);
+            ck_assert_ptr_nonnull(again = malloc((size_t)N * V * sizeof(float)));
+            run_tokens(m, tok, N, again);
+            ck_assert_int_eq(memcmp(again, l[3], (size_t)N * V * sizeof(float)), 0);
+        }
+        memra_ref_model_close(m);
+    }
+    const size_t n = (size_t)N * V;
+    for (int i = 1; i < 4; i++) {
+        const double r = rel_l2(l[i], l[0], n);
+        if (getenv("MEMRA_TEST_VERBOSE"))
+            fprintf(stderr, "act_sim %d: relative L2 distance of logits to the engine's %.3g\n",
+                    sims[i], r);
+        /* 32 is the engine's rounding with its dots summed in f64: 6.5e-8 here, far closer
+         * than exact activations (a code flipped at a rounding tie would cost ~1e-3) */
+        const double lo = sims[i] == 32 ? 0 : 1e-6;
+        const double hi = sims[i] == 32 ? 0.25 * rel_l2(l[1], l[0], n) : 0.1;
+        ck_assert_msg(r >= lo && r < hi, "act_sim %d: logits %.3g from the engine's", sims[i], r);
+    }
+    ck_assert_msg(rel_l2(l[2], l[1], n) > 1e-6, "act_sim 32 left the activations exact");
+    ck_assert_msg(rel_l2(l[3], l[2], n) > 1e-6, "act_sim 256 rounds as act_sim 32 does");
+    memra_ref_model_config bad;
+    memra_ref_model_config_default(&bad);
+    const int refused[] = {33, 2048, -2, 16};
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        memra_ref_model *m = (memra_ref_model *)1;
+        bad.act_sim = refused[i];
+        memra_err_clear(&err);
+        ck_assert_int_eq(memra_ref_model_open(path, &bad, &m, &err), MEMRA_ERR_INVALID_ARG);
+        ck_assert_ptr_null(m);
+        ck_assert_ptr_nonnull(strstr(err.msg, "act_sim"));
+    }
+    unlink(path);
+    for (int i = 0; i < 4; i++)
+        free(l[i]);
+    free(again);
+}
+END_TEST
+
 /* The committed run, plus determinism: a second model handle on the same file, with 2
  * threads, must reproduce the ids and the logits bytes. */
 static void check_expected(const char *preset)
@@ -2127,6 +2204,7 @@ Suite *make_refmodel_suite(void)
     TCase *fg = tcase_create("forged");
     tcase_set_timeout(fg, 300);
     tcase_add_test(fg, test_weight_types_close_to_f32);
+    tcase_add_test(fg, test_act_sim);
     tcase_add_test(fg, test_tiny_expected);
     tcase_add_test(fg, test_tiny_moe_expected);
     tcase_add_test(fg, test_forged_stability);

@@ -1,0 +1,234 @@
+/*
+ * act_eval.c — what the activation format costs in accuracy, measured on a whole model: the
+ * CPU reference (runtime/refmodel.h) runs the same token stream once with exact activations
+ * (MEMRA_REF_ACT_F32: dequantized weights dotted in f64 with the f32 inputs) and once per
+ * format, and every format's logits are compared with the exact run's, token by token.
+ * Formats: "engine" (memra's arithmetic: q8_1, one scale per 32 activations, the mmvq dot)
+ * and "G=N" (memra_ref_model_config.act_sim = N: one q8_1-style scale per N activations,
+ * f64 dot; G=32 is the engine's rounding without its summation order). Written for the
+ * grouped-activation-scale decision (bench/results/mmvq-notes.md runs 17-21).
+ *
+ *   memra-act-eval -m MODEL [--tokens N] [--seed S] [--groups 32,64,128,256] [--threads T]
+ *
+ * The stream: N tokens drawn uniformly from the vocabulary by the seed, teacher-forced (every
+ * format sees the same inputs, so errors do not change the path). Per format: the median and
+ * largest relative L2 error of the logits, ||l - l_exact|| / ||l_exact||, the largest |d|, the
+ * share of tokens whose argmax matches the exact run's, and the mean KL(p_exact || p) of the
+ * softmaxes (f64). One machine-readable line per format ("act_eval format=... ..."), then a
+ * table. Forged checkpoints have random weights: their activations have no outlier channels,
+ * so this measures the Gaussian case (bench/analysis/act_group_error.py models outliers).
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "refmodel.h"
+
+#define MAX_FORMATS 12
+
+typedef struct eval_cfg {
+    const char *model;
+    int tokens, threads, n_groups;
+    unsigned long long seed;
+    int groups[MAX_FORMATS];
+} eval_cfg;
+
+typedef struct eval_stats {
+    double *rel;  /* [tokens] relative L2 error per token */
+    double max_abs, kl_sum;
+    int top1;
+} eval_stats;
+
+static int usage(const char *why)
+{
+    fprintf(stderr,
+            "memra-act-eval: %s\nusage: memra-act-eval -m MODEL [--tokens N] [--seed S] "
+            "[--groups 32,64,128,256] [--threads T]\n",
+            why);
+    return 2;
+}
+
+static int parse_int(const char *s, long lo, long hi, int *out)
+{
+    char *end = NULL;
+    errno = 0;
+    const long v = s ? strtol(s, &end, 10) : 0;
+    if (!s || end == s || *end || errno || v < lo || v > hi)
+        return -1;
+    *out = (int)v;
+    return 0;
+}
+
+static int parse_args(int argc, char **argv, eval_cfg *c)
+{
+    *c = (eval_cfg){.tokens = 32, .threads = 2, .seed = 1, .n_groups = 4,
+                    .groups = {32, 64, 128, 256}};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-m") && v)
+            c->model = v;
+        else if (!strcmp(a, "--tokens") && !parse_int(v, 1, 4096, &c->tokens))
+            ;
+        else if (!strcmp(a, "--threads") && !parse_int(v, 1, 64, &c->threads))
+            ;
+        else if (!strcmp(a, "--seed") && v)
+            c->seed = strtoull(v, NULL, 10);
+        else if (!strcmp(a, "--groups") && v) {
+            c->n_groups = 0;
+            char buf[256];
+            snprintf(buf, sizeof buf, "%s", v);
+            for (char *t = strtok(buf, ","); t; t = strtok(NULL, ",")) {
+                int g;
+                if (c->n_groups == MAX_FORMATS - 1 || parse_int(t, 32, 1024, &g) || g % 32)
+                    return usage("--groups: multiples of 32 up to 1024, at most 11");
+                c->groups[c->n_groups++] = g;
+            }
+        } else
+            return usage(a);
+        i++;
+    }
+    return c->model ? 0 : usage("no model (-m)");
+}
+
+/* splitmix64: the token stream */
+static unsigned long long mix(unsigned long long *s)
+{
+    unsigned long long z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* logits [tokens][V] of the stream under act_sim. */
+static int run_format(const eval_cfg *c, int act_sim, const int32_t *toks, float *logits,
+                      int64_t V)
+{
+    memra_ref_model_config mc;
+    memra_ref_model_config_default(&mc);
+    mc.n_threads = c->threads;
+    mc.act_sim = act_sim;
+    memra_ref_model *m = NULL;
+    memra_ref_seq *s = NULL;
+    memra_err e;
+    memra_err_clear(&e);
+    int rc = memra_ref_model_open(c->model, &mc, &m, &e);
+    if (rc == MEMRA_OK)
+        rc = memra_ref_seq_init(m, (uint32_t)c->tokens, &s, &e);
+    for (int t = 0; rc == MEMRA_OK && t < c->tokens; t++)
+        rc = memra_ref_forward(m, s, toks[t], logits + (size_t)t * V, &e);
+    if (rc != MEMRA_OK)
+        fprintf(stderr, "memra-act-eval: %s\n", e.msg);
+    memra_ref_seq_free(s);
+    memra_ref_model_close(m);
+    return rc;
+}
+
+/* KL(p || q) of softmax(a), softmax(b), f64. */
+static double kl_div(const float *a, const float *b, int64_t n)
+{
+    double ma = -INFINITY, mb = -INFINITY, za = 0, zb = 0, kl = 0;
+    for (int64_t i = 0; i < n; i++) {
+        ma = fmax(ma, a[i]);
+        mb = fmax(mb, b[i]);
+    }
+    for (int64_t i = 0; i < n; i++) {
+        za += exp(a[i] - ma);
+        zb += exp(b[i] - mb);
+    }
+    const double la = ma + log(za), lb = mb + log(zb);
+    for (int64_t i = 0; i < n; i++) {
+        const double pa = exp(a[i] - la);
+        kl += pa * ((a[i] - la) - (b[i] - lb));
+    }
+    return kl;
+}
+
+static void compare(const float *exact, const float *got, int tokens, int64_t V, eval_stats *st)
+{
+    st->max_abs = st->kl_sum = 0;
+    st->top1 = 0;
+    for (int t = 0; t < tokens; t++) {
+        const float *x = exact + (size_t)t * V, *y = got + (size_t)t * V;
+        double num = 0, den = 0;
+        for (int64_t i = 0; i < V; i++) {
+            const double d = (double)y[i] - x[i];
+            num += d * d;
+            den += (double)x[i] * x[i];
+            st->max_abs = fmax(st->max_abs, fabs(d));
+        }
+        st->rel[t] = den > 0 ? sqrt(num / den) : sqrt(num);
+        st->top1 += memra_ref_argmax(x, V) == memra_ref_argmax(y, V);
+        st->kl_sum += kl_div(x, y, V);
+    }
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+int main(int argc, char **argv)
+{
+    eval_cfg c;
+    int rc = parse_args(argc, argv, &c);
+    if (rc)
+        return rc;
+    memra_ref_model *m = NULL;
+    memra_err e;
+    memra_err_clear(&e);
+    if (memra_ref_model_open(c.model, NULL, &m, &e) != MEMRA_OK) {
+        fprintf(stderr, "memra-act-eval: %s\n", e.msg);
+        return 1;
+    }
+    const int64_t V = memra_ref_model_hparams(m)->n_vocab;
+    memra_ref_model_close(m);
+    int32_t *toks = malloc((size_t)c.tokens * sizeof *toks);
+    float *exact = malloc((size_t)c.tokens * V * sizeof(float));
+    float *got = malloc((size_t)c.tokens * V * sizeof(float));
+    double *rel = malloc((size_t)c.tokens * sizeof *rel);
+    if (!toks || !exact || !got || !rel) {
+        fprintf(stderr, "memra-act-eval: out of memory\n");
+        return 1;
+    }
+    unsigned long long s = c.seed;
+    for (int t = 0; t < c.tokens; t++)
+        toks[t] = (int32_t)(mix(&s) % (unsigned long long)V);
+    printf("memra-act-eval\n  model   %s\n  stream  %d tokens (uniform, seed %llu), teacher-forced; "
+           "%d threads\n  exact   f32 activations, dequantized weights, f64 dots\n",
+           c.model, c.tokens, c.seed, c.threads);
+    if (run_format(&c, MEMRA_REF_ACT_F32, toks, exact, V) != MEMRA_OK)
+        return 1;
+    int formats[MAX_FORMATS] = {0}; /* 0 = engine, then the groups */
+    for (int i = 0; i < c.n_groups; i++)
+        formats[i + 1] = c.groups[i];
+    char table[MAX_FORMATS][160];
+    for (int f = 0; f <= c.n_groups; f++) {
+        if (run_format(&c, formats[f], toks, got, V) != MEMRA_OK)
+            return 1;
+        eval_stats st = {.rel = rel};
+        compare(exact, got, c.tokens, V, &st);
+        qsort(rel, (size_t)c.tokens, sizeof *rel, cmp_double);
+        char name[16];
+        if (formats[f])
+            snprintf(name, sizeof name, "G=%d", formats[f]);
+        else
+            snprintf(name, sizeof name, "engine");
+        printf("act_eval format=%s tokens=%d rel_median=%.4g rel_max=%.4g max_abs=%.4g "
+               "top1=%.4f kl_mean=%.4g\n",
+               name, c.tokens, rel[c.tokens / 2], rel[c.tokens - 1], st.max_abs,
+               (double)st.top1 / c.tokens, st.kl_sum / c.tokens);
+        snprintf(table[f], sizeof table[f], "%-8s %12.4g %12.4g %10.4g %8.1f%% %12.4g", name,
+                 rel[c.tokens / 2], rel[c.tokens - 1], st.max_abs, 100.0 * st.top1 / c.tokens,
+                 st.kl_sum / c.tokens);
+        fflush(stdout);
+    }
+    printf("\n%-8s %12s %12s %10s %9s %12s\n", "format", "rel_median", "rel_max", "max|d|",
+           "top1", "KL_mean");
+    for (int f = 0; f <= c.n_groups; f++)
+        printf("%s\n", table[f]);
+    free(toks), free(exact), free(got), free(rel);
+    return 0;
+}
