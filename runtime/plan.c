@@ -497,7 +497,8 @@ int memra_plan_bufs_overlap(const memra_plan *p, uint32_t a, uint32_t b)
     if (a >= p->n_buffers || b >= p->n_buffers)
         return 0;
     const memra_plan_buffer *x = &p->buffers[a], *y = &p->buffers[b];
-    return x->offset < y->offset + y->bytes && y->offset < x->offset + x->bytes;
+    return x->bytes && y->bytes && x->offset < y->offset + y->bytes &&
+           y->offset < x->offset + x->bytes;
 }
 
 uint32_t memra_plan_tier_for(const memra_plan_manifest *m, uint32_t b)

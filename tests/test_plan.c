@@ -1272,12 +1272,30 @@ END_TEST
 
 #endif
 
+/* memra_plan_bufs_overlap on placements made up here: shared bytes overlap, touching ends
+ * and zero-byte buffers do not, an index outside the plan never does. */
+START_TEST(test_bufs_overlap)
+{
+    memra_plan_buffer b[5] = {{.offset = 0, .bytes = 256},   {.offset = 256, .bytes = 256},
+                              {.offset = 255, .bytes = 2},   {.offset = 100, .bytes = 0},
+                              {.offset = 0, .bytes = 4096}};
+    memra_plan p = {.n_buffers = 5, .buffers = b};
+    ck_assert(!memra_plan_bufs_overlap(&p, 0, 1)); /* [0, 256) and [256, 512) touch */
+    ck_assert(memra_plan_bufs_overlap(&p, 0, 2) && memra_plan_bufs_overlap(&p, 2, 1));
+    ck_assert(!memra_plan_bufs_overlap(&p, 3, 0) && !memra_plan_bufs_overlap(&p, 0, 3));
+    ck_assert(memra_plan_bufs_overlap(&p, 4, 1) && memra_plan_bufs_overlap(&p, 1, 4));
+    ck_assert(memra_plan_bufs_overlap(&p, 1, 1));
+    ck_assert(!memra_plan_bufs_overlap(&p, 0, 5) && !memra_plan_bufs_overlap(&p, 7, 0));
+}
+END_TEST
+
 Suite *make_plan_suite(void)
 {
     Suite *s = suite_create("plan");
     TCase *tc = tcase_create("catalog");
     tcase_add_test(tc, test_catalog_specs);
     tcase_add_test(tc, test_expr);
+    tcase_add_test(tc, test_bufs_overlap);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("sandbox");
