@@ -15,7 +15,8 @@
 --     expression evaluated by the validator's own evaluator (host.eval);
 --   * the arena layout: liveness-based allocation. A buffer lives from the launch that first
 --     touches it to the launch that last touches it (the stage input from launch 0, the
---     stage output and the logits to the end; Plan:keep extends it). Buffers are placed largest first at the lowest
+--     stage output and the logits to the end; Plan:keep extends a life). Buffers are placed
+--     largest first at the lowest
 --     256-byte-aligned offset that overlaps no buffer whose live interval intersects its own,
 --     so dead buffers' bytes are reused. Ties break on first use, then name: deterministic;
 --   * kernel specialization keys, from the catalog's key templates;
