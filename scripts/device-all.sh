@@ -4,9 +4,9 @@
 # forge running in the background from the start (it needs only the CPUs).
 #
 #   scripts/device-all.sh carry   HERE: both carry folders (.carry/cudabackend, .carry/bench)
-#   scripts/device-all.sh         THERE, with both carried. Env: GATES_BUDGET (default 300 s),
-#                                 BENCH_BUDGET (default 260 s), BENCH_ARGS / BENCH_ARGS2 as
-#                                 device-bench.sh takes them.
+#   scripts/device-all.sh         THERE, with both carried. Env: GATES_BUDGET (default 420 s;
+#                                 330 cut the gates once in session 8), BENCH_BUDGET (default
+#                                 260 s), BENCH_ARGS / BENCH_ARGS2 as device-bench.sh takes them.
 # What comes back in $OUT: all.tgz = gates/ (gates.log gpu-ops.log run.log summary.txt),
 # bench/ (bench.txt, bench.jsonl, bench.svg.gp, bench2.*, summary.txt), run-9b.txt. The
 # bench report, the 9b generation and the gates' summary table print last.
@@ -25,7 +25,7 @@ m9=/tmp/memra-9b.gguf
 # shellcheck source=scripts/forge-9b-bg.sh
 . "$root/scripts/forge-9b-bg.sh"
 forge_9b_bg 300
-OUT=$dest/gates BUDGET=${GATES_BUDGET:-300} scripts/device-gates.sh >"$dest/gates/summary.txt" 2>&1
+OUT=$dest/gates BUDGET=${GATES_BUDGET:-420} scripts/device-gates.sh >"$dest/gates/summary.txt" 2>&1
 wait $forge
 sync # the forge's dirty pages written back before anything is timed
 OUT=$dest/bench BUDGET=${BENCH_BUDGET:-260} bench/device-bench.sh >"$dest/bench/summary.txt" 2>&1
