@@ -73,8 +73,13 @@ static int parse_args(int argc, char **argv, eval_cfg *c)
             ;
         else if (!strcmp(a, "--threads") && !parse_int(v, 1, 64, &c->threads))
             ;
-        else if (!strcmp(a, "--seed") && v)
-            c->seed = strtoull(v, NULL, 10);
+        else if (!strcmp(a, "--seed") && v) {
+            char *end = NULL;
+            errno = 0;
+            c->seed = strtoull(v, &end, 10);
+            if (end == v || *end || errno)
+                return usage("--seed: a non-negative integer");
+        }
         else if (!strcmp(a, "--groups") && v) {
             c->n_groups = 0;
             char buf[256];

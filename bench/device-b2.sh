@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # device-b2.sh — THERE (bench + cudabackend carries, .carry/ab prepared with the variants
 # named below): localizes session 8's open question, why tier-2 rows differ from tier 1 when
-# B = 2 mmvq kernels run at 2 CUDA blocks per SM (minblocks2). Steps, one output folder each
+# B = 2 mmvq kernels run at 2 CUDA blocks per SM (minblocks2); answered in
+# bench/results/mmvq-notes.md run 19 (the fused SwiGLU wrote over its own input), kept as the
+# pattern for the next row that differs. Steps, one output folder each
 # under $OUT: chain (memra-gpu-tests' chain case: the tick's kernel chains at 9b shapes,
 # under the embedded templates and under each B2_CHAIN variant, while the 9b forge runs),
 # ab (B2_VARIANTS at tiers 1, 2; B2_ROUNDS rounds), then B2_EXTRA steps: nofuse

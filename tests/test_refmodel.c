@@ -1974,7 +1974,10 @@ START_TEST(test_act_sim)
             fprintf(stderr, "act_sim %d: relative L2 distance of logits to the engine's %.3g\n",
                     sims[i], r);
         /* 32 is the engine's rounding with its dots summed in f64: 6.5e-8 here, far closer
-         * than exact activations (a code flipped at a rounding tie would cost ~1e-3) */
+         * than exact activations (a code flipped at a rounding tie would cost ~1e-3). The
+         * others measure 0.0114 (exact) and 0.0215 (256) here: 1e-6 says their activations
+         * were not the engine's, 0.1 (the q8_0 bound of test_weight_types_close_to_f32, ~5x
+         * the largest) that they were not garbage. */
         const double lo = sims[i] == 32 ? 0 : 1e-6;
         const double hi = sims[i] == 32 ? 0.25 * rel_l2(l[1], l[0], n) : 0.1;
         ck_assert_msg(r >= lo && r < hi, "act_sim %d: logits %.3g from the engine's", sims[i], r);

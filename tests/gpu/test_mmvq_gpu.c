@@ -1430,14 +1430,6 @@ START_TEST(test_mmvq_pdl_chain)
 }
 END_TEST
 
-/* The tick's FFN at the 9b shape (D 4096, F 12288), B = 1 and 2, exactly as the engine
- * launches it with fusion on: per step a PDL quantize_q8_1 writes the activations, the fused
- * {gate, up} + SwiGLU mmvq (memra_mmvq_fuse_swiglu) reads them and writes the q8_1 rows of
- * silu(g) u, and the PDL down mmvq (q4_K on even steps, q6_K on odd ones, as Q4_K_M mixes
- * them) reads those and adds onto known values. Each kernel's input is its predecessor's
- * output, which the PDL chain test's shapes do not cover (their mmvq feeds nothing). One
- * captured graph, replayed twice; every output and the last step's q8_1 rows memcmp-equal
- * to the CPU (memra_mmvq_dot, memra_silu_mul_q8_ref). */
 /* Random q4_K / q6_K blocks (fill_block) with moderate scales (weights of magnitude < 2), so
  * that a whole FFN stays finite: fill_block's scales span the fp16 range, and silu(g) u must
  * stay below 127 x 65504 for its q8_1 scale (fp16) to be finite. */
@@ -1447,16 +1439,24 @@ static void ffn_weight(int qt, uint8_t *w, size_t bytes, tu_rng *r)
     for (size_t off = 0; off < bytes; off += db) {
         uint8_t *p = w + off;
         fill_block(qt, p, db, r);
-        const double u = (double)(tu_rng_u64(r) >> 11) / 9007199254740992.0; /* [0, 1) */
+        const float u = tu_rng_uniform(r);
         if (qt == MEMRA_QT_Q6_K) { /* int8 sub-block scales up to 128, codes up to 32 */
-            put16(p + 208, memra_f32_to_fp16((float)ldexp(1.0 + u, -13)));
+            put16(p + 208, memra_f32_to_fp16(ldexpf(1.0f + u, -13)));
         } else {
-            put16(p, memra_f32_to_fp16((float)ldexp(1.0 + u, -10)));
-            put16(p + 2, memra_f32_to_fp16((float)ldexp(u, -10)));
+            put16(p, memra_f32_to_fp16(ldexpf(1.0f + u, -10)));
+            put16(p + 2, memra_f32_to_fp16(ldexpf(u, -10)));
         }
     }
 }
 
+/* The tick's FFN at the 9b shape (D 4096, F 12288), B = 1 and 2, exactly as the engine
+ * launches it with fusion on: per step a PDL quantize_q8_1 writes the activations, the fused
+ * {gate, up} + SwiGLU mmvq (memra_mmvq_fuse_swiglu) reads them and writes the q8_1 rows of
+ * silu(g) u, and the PDL down mmvq (q4_K on even steps, q6_K on odd ones, as Q4_K_M mixes
+ * them) reads those and adds onto known values. Each kernel's input is its predecessor's
+ * output, which the PDL chain test's shapes do not cover (their mmvq feeds nothing). One
+ * captured graph, replayed twice; every output and the last step's q8_1 rows memcmp-equal
+ * to the CPU (memra_mmvq_dot, memra_silu_mul_q8_ref). */
 START_TEST(test_mmvq_ffn_chain)
 {
     CHAIN_PROLOGUE(ga);
