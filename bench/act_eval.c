@@ -33,10 +33,11 @@ typedef struct eval_cfg {
     int tokens, threads, n_groups;
     unsigned long long seed;
     int groups[MAX_FORMATS];
+    int mults[MAX_FORMATS]; /* act_sim_mult per format (0: none) */
 } eval_cfg;
 
 typedef struct eval_stats {
-    double *rel;  /* [tokens] relative L2 error per token */
+    double *rel; /* [tokens] relative L2 error per token */
     double max_abs, kl_sum;
     int top1;
 } eval_stats;
@@ -63,8 +64,8 @@ static int parse_int(const char *s, long lo, long hi, int *out)
 
 static int parse_args(int argc, char **argv, eval_cfg *c)
 {
-    *c = (eval_cfg){.tokens = 32, .threads = 2, .seed = 1, .n_groups = 4,
-                    .groups = {32, 64, 128, 256}};
+    *c = (eval_cfg){
+        .tokens = 32, .threads = 2, .seed = 1, .n_groups = 4, .groups = {32, 64, 128, 256}};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-m") && v)
@@ -79,15 +80,20 @@ static int parse_args(int argc, char **argv, eval_cfg *c)
             c->seed = strtoull(v, &end, 10);
             if (end == v || *end || errno)
                 return usage("--seed: a non-negative integer");
-        }
-        else if (!strcmp(a, "--groups") && v) {
+        } else if (!strcmp(a, "--groups") && v) {
             c->n_groups = 0;
             char buf[256];
             snprintf(buf, sizeof buf, "%s", v);
             for (char *t = strtok(buf, ","); t; t = strtok(NULL, ",")) {
-                int g;
-                if (c->n_groups == MAX_FORMATS - 1 || parse_int(t, 32, 1024, &g) || g % 32)
-                    return usage("--groups: multiples of 32 up to 1024, at most 11");
+                int g, l = 0;
+                char *mpart = strchr(t, 'm');
+                if (mpart)
+                    *mpart++ = 0;
+                if (c->n_groups == MAX_FORMATS - 1 || parse_int(t, 32, 1024, &g) || g % 32 ||
+                    (mpart && (parse_int(mpart, 2, 64, &l) || g == 32)))
+                    return usage("--groups: G or GmL (G a multiple of 32 up to 1024, L in "
+                                 "2..64 with G > 32), at most 11");
+                c->mults[c->n_groups] = l;
                 c->groups[c->n_groups++] = g;
             }
         } else
@@ -107,13 +113,14 @@ static unsigned long long mix(unsigned long long *s)
 }
 
 /* logits [tokens][V] of the stream under act_sim. */
-static int run_format(const eval_cfg *c, int act_sim, const int32_t *toks, float *logits,
+static int run_format(const eval_cfg *c, int act_sim, int mult, const int32_t *toks, float *logits,
                       int64_t V)
 {
     memra_ref_model_config mc;
     memra_ref_model_config_default(&mc);
     mc.n_threads = c->threads;
     mc.act_sim = act_sim;
+    mc.act_sim_mult = mult;
     memra_ref_model *m = NULL;
     memra_ref_seq *s = NULL;
     memra_err e;
@@ -201,23 +208,26 @@ int main(int argc, char **argv)
     unsigned long long s = c.seed;
     for (int t = 0; t < c.tokens; t++)
         toks[t] = (int32_t)(mix(&s) % (unsigned long long)V);
-    printf("memra-act-eval\n  model   %s\n  stream  %d tokens (uniform, seed %llu), teacher-forced; "
-           "%d threads\n  exact   f32 activations, dequantized weights, f64 dots\n",
-           c.model, c.tokens, c.seed, c.threads);
-    if (run_format(&c, MEMRA_REF_ACT_F32, toks, exact, V) != MEMRA_OK)
+    printf(
+        "memra-act-eval\n  model   %s\n  stream  %d tokens (uniform, seed %llu), teacher-forced; "
+        "%d threads\n  exact   f32 activations, dequantized weights, f64 dots\n",
+        c.model, c.tokens, c.seed, c.threads);
+    if (run_format(&c, MEMRA_REF_ACT_F32, 0, toks, exact, V) != MEMRA_OK)
         return 1;
-    int formats[MAX_FORMATS] = {0}; /* 0 = engine, then the groups */
+    int formats[MAX_FORMATS] = {0}, mults[MAX_FORMATS] = {0}; /* 0 = engine, then the groups */
     for (int i = 0; i < c.n_groups; i++)
-        formats[i + 1] = c.groups[i];
+        formats[i + 1] = c.groups[i], mults[i + 1] = c.mults[i];
     char table[MAX_FORMATS][160];
     for (int f = 0; f <= c.n_groups; f++) {
-        if (run_format(&c, formats[f], toks, got, V) != MEMRA_OK)
+        if (run_format(&c, formats[f], mults[f], toks, got, V) != MEMRA_OK)
             return 1;
         eval_stats st = {.rel = rel};
         compare(exact, got, c.tokens, V, &st);
         qsort(rel, (size_t)c.tokens, sizeof *rel, cmp_double);
         char name[16];
-        if (formats[f])
+        if (formats[f] && mults[f])
+            snprintf(name, sizeof name, "G=%dm%d", formats[f], mults[f]);
+        else if (formats[f])
             snprintf(name, sizeof name, "G=%d", formats[f]);
         else
             snprintf(name, sizeof name, "engine");
@@ -230,8 +240,8 @@ int main(int argc, char **argv)
                  st.kl_sum / c.tokens);
         fflush(stdout);
     }
-    printf("\n%-8s %12s %12s %10s %9s %12s\n", "format", "rel_median", "rel_max", "max|d|",
-           "top1", "KL_mean");
+    printf("\n%-8s %12s %12s %10s %9s %12s\n", "format", "rel_median", "rel_max", "max|d|", "top1",
+           "KL_mean");
     for (int f = 0; f <= c.n_groups; f++)
         printf("%s\n", table[f]);
     free(toks), free(exact), free(got), free(rel);

@@ -32,7 +32,6 @@
 #include "quant.h"
 #include "ref/ref_common.h"
 
-
 /* ======================================================================================== */
 /* Ops                                                                                      */
 /* ======================================================================================== */
@@ -84,8 +83,7 @@ void memra_ref_attention(const memra_ref_attn_args *a)
         memra_attn_head(a->q + i * dh, (const uint8_t *)(a->k_cache + j * dh),
                         (const uint8_t *)(a->v_cache + j * dh),
                         (uint64_t)kv_stride * sizeof(uint16_t), MEMRA_QT_F16, (int32_t)a->n_kv,
-                        (int32_t)dh, (int32_t)group, MEMRA_ATTN_MAX_SPLIT, scale,
-                        a->out + i * dh);
+                        (int32_t)dh, (int32_t)group, MEMRA_ATTN_MAX_SPLIT, scale, a->out + i * dh);
     }
 }
 
@@ -207,8 +205,9 @@ typedef struct mv_job {
     int64_t r0, r1;
 } mv_job;
 
-/* config.act_sim: x rounded with one q8_1-style scale per g elements (g > 0), or copied. */
-static void act_simulate(const float *x, float *xo, int64_t n, int g)
+/* config.act_sim: x rounded with one q8_1-style scale per g elements (g > 0), or copied;
+ * mult > 0 (config.act_sim_mult): each 32 elements of a group scale that by m / mult. */
+static void act_simulate(const float *x, float *xo, int64_t n, int g, int mult)
 {
     if (g <= 0) {
         memcpy(xo, x, (size_t)n * sizeof *x);
@@ -220,10 +219,21 @@ static void act_simulate(const float *x, float *xo, int64_t n, int g)
         for (int64_t i = i0; i < i1; i++)
             amax = fmaxf(amax, fabsf(x[i]));
         const float d = amax / 127.0f, dq = memra_fp16_to_f32(memra_f32_to_fp16(d));
-        for (int64_t i = i0; i < i1; i++) {
-            float r = d == 0.0f ? 0.0f : roundf(x[i] / d);
-            r = r != r ? 0.0f : fminf(fmaxf(r, -127.0f), 127.0f);
-            xo[i] = r * dq;
+        for (int64_t b0 = i0; b0 < i1; b0 += 32) {
+            const int64_t b1 = i1 - b0 < 32 ? i1 : b0 + 32;
+            float m = 1.0f; /* the block's step over the group's */
+            if (mult > 0 && amax > 0.0f) {
+                float am = 0.0f;
+                for (int64_t i = b0; i < b1; i++)
+                    am = fmaxf(am, fabsf(x[i]));
+                m = fminf(fmaxf(ceilf((float)mult * am / amax), 1.0f), (float)mult) / (float)mult;
+            }
+            const float db = d * m;
+            for (int64_t i = b0; i < b1; i++) {
+                float r = db == 0.0f ? 0.0f : roundf(x[i] / db);
+                r = r != r ? 0.0f : fminf(fmaxf(r, -127.0f), 127.0f);
+                xo[i] = r * (dq * m);
+            }
         }
     }
 }
@@ -267,10 +277,10 @@ static void *mv_thread(void *arg)
 /* y[n_out] = W_expert · x. rowbufs: [n_threads, max_in]. Rows are split in contiguous ranges;
  * each row's value depends only on the row, so the split never changes a bit. */
 static void ref_matvec(const ref_mat *w, int64_t expert, ref_act *a, float *y, float *rowbufs,
-                       int64_t rowbuf_stride, int n_threads, int act_sim, float *xsim)
+                       int64_t rowbuf_stride, int n_threads, int act_sim, int act_mult, float *xsim)
 {
     if (w->q8 && act_sim)
-        act_simulate(a->x, xsim, a->n, act_sim);
+        act_simulate(a->x, xsim, a->n, act_sim, act_mult);
     else
         xsim = NULL;
     if (xsim == NULL && w->q8 && !a->quantized) {
@@ -343,13 +353,15 @@ struct memra_ref_model {
     int64_t max_in;  /* largest mat-vec input width: rowbuf stride */
     int64_t max_mid; /* largest mid activation (Hq·dh, Cv, F, Fe, Fs) */
     int n_threads;
-    int act_sim; /* config.act_sim */
+    int act_sim;      /* config.act_sim */
+    int act_sim_mult; /* config.act_sim_mult */
 };
 
 void memra_ref_model_config_default(memra_ref_model_config *cfg)
 {
     cfg->n_threads = 1;
     cfg->act_sim = 0;
+    cfg->act_sim_mult = 0;
 }
 
 const memra_qwen35_hparams *memra_ref_model_hparams(const memra_ref_model *m)
@@ -507,7 +519,14 @@ int memra_ref_model_open_gguf(memra_gguf *g, const memra_ref_model_config *cfg,
                         cfg->act_sim);
         goto fail;
     }
+    if (cfg->act_sim_mult != 0 &&
+        (cfg->act_sim <= 32 || cfg->act_sim_mult < 2 || cfg->act_sim_mult > 64)) {
+        rc = MEMRA_FAIL(err, MEMRA_ERR_INVALID_ARG,
+                        "act_sim_mult = %d: 0, or 2..64 with act_sim > 32", cfg->act_sim_mult);
+        goto fail;
+    }
     m->act_sim = cfg->act_sim;
+    m->act_sim_mult = cfg->act_sim_mult;
     MEMRA_TRY(memra_qwen35_hparams_load(g, &m->hp, err));
     m->w = calloc(1, sizeof *m->w);
     m->layers = calloc(m->hp.n_layer, sizeof *m->layers);
@@ -710,7 +729,8 @@ void memra_ref_seq_reset(memra_ref_seq *s)
 static void matvec(const memra_ref_model *m, memra_ref_seq *s, const ref_mat *w, int64_t expert,
                    ref_act *a, float *y)
 {
-    ref_matvec(w, expert, a, y, s->rowbufs, m->max_in, m->n_threads, m->act_sim, s->xsim);
+    ref_matvec(w, expert, a, y, s->rowbufs, m->max_in, m->n_threads, m->act_sim, m->act_sim_mult,
+               s->xsim);
 }
 
 /* §3.3 gated full attention at position s->pos; input s->h, output out [D]. */
@@ -789,8 +809,8 @@ static void block_gdn(const memra_ref_model *m, memra_ref_seq *s, const ref_laye
         const float decay = memra_gdn_decay(ly->ssm_a[hh], s->alpha[hh], ly->ssm_dt_bias[hh]);
         float *oh = s->o + hh * dv;
         memra_ref_delta_rule(S + hh * dv * dk, oh, s->u + a * dk, s->u + Ck + a * dk,
-                             s->u + 2 * Ck + hh * dv, beta, decay, dk, dv); /* 9. */
-        memra_ref_gated_norm(oh, s->z + hh * dv, ly->ssm_norm, dv, hp->eps);  /* 10. */
+                             s->u + 2 * Ck + hh * dv, beta, decay, dk, dv);  /* 9. */
+        memra_ref_gated_norm(oh, s->z + hh * dv, ly->ssm_norm, dv, hp->eps); /* 10. */
     }
     ref_act o;
     act_init(&o, s->o, Hv * dv, s->q_mid);

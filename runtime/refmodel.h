@@ -51,6 +51,10 @@ typedef struct memra_ref_model_config {
      * 32 is today's q8_1; larger groups model the grouped activation scales of
      * bench/results/mmvq-notes.md run 17 (bench/act_eval.c compares them). */
     int act_sim;
+    /* With act_sim > 32 only: 0, or L in 2..64: every 32 elements of a group also carry an
+     * integer multiplier m in 1..L, step = fp16(d) m / L with m = ceil(L amax_32 / amax), so
+     * a 32-block far below its group's largest value keeps a finer step (run 22). */
+    int act_sim_mult;
 } memra_ref_model_config;
 #define MEMRA_REF_ACT_F32 (-1)
 

@@ -1925,8 +1925,8 @@ END_TEST
 /* config.act_sim, the activation-format experiment (bench/act_eval.c): exact activations and
  * one scale per 256 land near the engine's logits but not on them; one scale per 32 (the
  * engine's rounding, dotted in f64) lands far closer to them than exact activations do,
- * which is what makes the grouped runs a model of a grouped engine; a grouped run does not depend on the thread
- * count; out-of-range values are refused. */
+ * which is what makes the grouped runs a model of a grouped engine; a grouped run does not depend
+ * on the thread count; out-of-range values are refused. */
 static double rel_l2(const float *a, const float *b, size_t n)
 {
     double num = 0, den = 0;
@@ -1999,6 +1999,58 @@ START_TEST(test_act_sim)
     for (int i = 0; i < 4; i++)
         free(l[i]);
     free(again);
+}
+END_TEST
+
+/* config.act_sim_mult (run 22): one scale per 256 with a per-32 multiplier m in 1..64 keeps
+ * a 32-block's step near its own amax / 127, so its logits land closer to the exact run's
+ * than one plain scale per 256 does (here 0.0113 against 0.0179; the numpy model of
+ * bench/analysis/act_group_error.py gives the same order) and differ from them; a multiplier
+ * without a group, or outside 2..64, is refused. */
+START_TEST(test_act_sim_mult)
+{
+    enum { N = 4 };
+    const int32_t tok[N] = {3, 500, 77, 1000};
+    const int sims[3][2] = {{MEMRA_REF_ACT_F32, 0}, {256, 0}, {256, 64}};
+    char path[256];
+    memra_err err;
+    forge_small("q4_k_m", path, sizeof path);
+    float *l[3];
+    uint32_t V = 0;
+    for (int i = 0; i < 3; i++) {
+        memra_ref_model_config cfg;
+        memra_ref_model_config_default(&cfg);
+        cfg.act_sim = sims[i][0];
+        cfg.act_sim_mult = sims[i][1];
+        memra_ref_model *m;
+        ck_assert_msg(memra_ref_model_open(path, &cfg, &m, &err) == MEMRA_OK, "%s", err.msg);
+        V = memra_ref_model_hparams(m)->n_vocab;
+        ck_assert_ptr_nonnull(l[i] = malloc((size_t)N * V * sizeof(float)));
+        run_tokens(m, tok, N, l[i]);
+        memra_ref_model_close(m);
+    }
+    const size_t n = (size_t)N * V;
+    const double plain = rel_l2(l[1], l[0], n), mult = rel_l2(l[2], l[0], n);
+    if (getenv("MEMRA_TEST_VERBOSE"))
+        fprintf(stderr, "act_sim 256: %.3g from exact; 256 m64: %.3g\n", plain, mult);
+    ck_assert_msg(mult < 0.8 * plain, "256 m64 %.3g is not closer to exact than 256 (%.3g)", mult,
+                  plain);
+    ck_assert_msg(rel_l2(l[2], l[1], n) > 1e-6, "the multipliers changed nothing");
+    const int refused[][2] = {{32, 16}, {0, 16}, {256, 1}, {256, 65}, {MEMRA_REF_ACT_F32, 16}};
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        memra_ref_model_config bad;
+        memra_ref_model_config_default(&bad);
+        bad.act_sim = refused[i][0];
+        bad.act_sim_mult = refused[i][1];
+        memra_ref_model *m = (memra_ref_model *)1;
+        memra_err_clear(&err);
+        ck_assert_int_eq(memra_ref_model_open(path, &bad, &m, &err), MEMRA_ERR_INVALID_ARG);
+        ck_assert_ptr_null(m);
+        ck_assert_ptr_nonnull(strstr(err.msg, "act_sim_mult"));
+    }
+    unlink(path);
+    for (int i = 0; i < 3; i++)
+        free(l[i]);
 }
 END_TEST
 
@@ -2208,6 +2260,7 @@ Suite *make_refmodel_suite(void)
     tcase_set_timeout(fg, 300);
     tcase_add_test(fg, test_weight_types_close_to_f32);
     tcase_add_test(fg, test_act_sim);
+    tcase_add_test(fg, test_act_sim_mult);
     tcase_add_test(fg, test_tiny_expected);
     tcase_add_test(fg, test_tiny_moe_expected);
     tcase_add_test(fg, test_forged_stability);

@@ -16,11 +16,17 @@ import argparse
 import numpy as np
 
 
-def quantize(x, g):
-    """q8_1-style: one scale per g consecutive values, round half away from zero."""
+def quantize(x, g, mult=0):
+    """q8_1-style: one scale per g consecutive values, round half away from zero. mult = L > 0:
+    each 32 values of a group step by d m / L, m = ceil(L amax_32 / amax_g) in 1..L (run 22)."""
     xs = x.reshape(-1, g)
     amax = np.abs(xs).max(axis=1, keepdims=True)
     d = amax / 127.0
+    if mult:
+        b = np.abs(xs).reshape(xs.shape[0], -1, 32).max(axis=2)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            m = np.clip(np.ceil(mult * b / amax), 1, mult) / mult
+        d = np.repeat(d * m, 32, axis=1)
     with np.errstate(divide="ignore", invalid="ignore"):
         q = np.where(d > 0, np.sign(xs) * np.floor(np.abs(xs) / d + 0.5), 0.0)
     q = np.clip(q, -127, 127)
@@ -38,11 +44,13 @@ def main():
     w = rng.standard_normal((a.rows, a.n)).astype(np.float64)
     print(f"n = {a.n}, {a.rows} weight rows x {a.draws} activation draws; relative error "
           f"|w.x_q - w.x| / rms(w.x): median / p99")
-    print(f"{'activations':<34}" + "".join(f"{'G=' + str(g):>18}" for g in (32, 64, 128, 256)))
+    fmts = [(32, 0), (64, 0), (128, 0), (256, 0), (256, 16), (256, 64)]
+    name = lambda g, m: f"G={g}" + (f"m{m}" if m else "")
+    print(f"{'activations':<26}" + "".join(f"{name(g, m):>18}" for g, m in fmts))
     cases = [("gaussian", 0, 0.0), ("4 outlier channels x20", 4, 20.0),
              ("4 outlier channels x100", 4, 100.0), ("16 outlier channels x100", 16, 100.0)]
-    for name, n_out, mag in cases:
-        errs = {g: [] for g in (32, 64, 128, 256)}
+    for case, n_out, mag in cases:
+        errs = {f: [] for f in fmts}
         for _ in range(a.draws):
             x = rng.standard_normal(a.n)
             if n_out:
@@ -50,13 +58,13 @@ def main():
                 x[ch] *= mag
             y = w @ x
             rms = np.sqrt(np.mean(y * y))
-            for g in errs:
-                errs[g].append(np.abs(w @ quantize(x, g) - y) / rms)
+            for f in errs:
+                errs[f].append(np.abs(w @ quantize(x, *f) - y) / rms)
         row = ""
-        for g in (32, 64, 128, 256):
-            e = np.concatenate(errs[g])
+        for f in fmts:
+            e = np.concatenate(errs[f])
             row += f"{np.median(e):>9.2e} {np.quantile(e, 0.99):>8.2e}"
-        print(f"{name:<34}{row}")
+        print(f"{case:<26}{row}")
 
 
 if __name__ == "__main__":
