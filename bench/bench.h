@@ -52,6 +52,8 @@ typedef struct memra_bench_opts {
     int phases;                  /* 1: per-op-class marginal cost (see memra_bench_phase) */
     int no_fusion;               /* 1: CUDA launches every plan launch as planned (no SwiGLU
                                     fold, memra_cuda_opts.fuse = 0): the A/B of the fold */
+    int norm_release;            /* -1 (default): the backend's default; else a bit mask of tiers
+                                    (bit b: tier b) for memra_cuda_opts.norm_release_tiers */
     int isolation;               /* 1 (default): check rows of every B > 1 tick against tier 1 */
     int synthetic;               /* 1 (default): start each case from a synthetic history at its
                                     depth; 0: reach the depth with real decode ticks (slow at depth;

@@ -61,6 +61,8 @@ int bench_be_open(bench_be *b, memra_bench_backend kind, const char *plan_dir, c
     uo.n_ctx = o->n_ctx;
     uo.graphs = o->graphs;
     uo.fuse = !o->no_fusion;
+    if (o->norm_release >= 0)
+        uo.norm_release_tiers = (uint32_t)o->norm_release;
     uo.device = o->device;
     rc = memra_cuda_backend_open(plan_dir, g, &uo, &b->cuda, err);
     if (rc == MEMRA_OK) {

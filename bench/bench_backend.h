@@ -36,6 +36,7 @@ typedef struct bench_be_opts {
     uint32_t n_slots, n_ctx;
     int graphs; /* CUDA: capture graphs (1) or launch eagerly (0) */
     int no_fusion; /* CUDA: opts.fuse = 0 (every plan launch a kernel launch) */
+    int norm_release; /* CUDA: -1 the default, else opts.norm_release_tiers */
     int device;
 } bench_be_opts;
 

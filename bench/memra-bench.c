@@ -6,7 +6,7 @@
  *               [--ticks N] [--warmup N] [--no-graph] [--no-fusion] [--phases] [--json FILE]
  *               [--plot FILE.svg] [--backend cuda|cpu] [--device N] [--seed N]
  *               [--prefill synthetic|decode] [--no-isolation] [--copy-mib N]
- *               [--copy-reps N] [-q]
+ *               [--copy-reps N] [--norm-release TIERS|none] [-q]
  *
  * Prints the configuration header, the human table, the JSON lines (also to --json FILE)
  * and the PASS/MISS lines of the targets the configuration covers; progress goes to stderr
@@ -29,7 +29,8 @@ static void usage(FILE *f)
                "                   [--plot FILE.svg]\n"
                "                   [--backend cuda|cpu] [--device N] [--seed N]\n"
                "                   [--prefill synthetic|decode] [--no-isolation]\n"
-               "                   [--copy-mib N] [--copy-reps N] [-q]\n");
+               "                   [--copy-mib N] [--copy-reps N] [--norm-release TIERS|none]\n"
+               "                   [-q]\n");
 }
 
 static int parse_u32(const char *s, uint32_t max, uint32_t *out)
@@ -63,7 +64,7 @@ static int parse_flag(const char *a, memra_bench_opts *o, int *quiet)
 static int parse_opt(const char *a, const char *v, memra_bench_opts *o)
 {
     int n = 0;
-    uint32_t u = 0;
+    uint32_t u = 0, list[MEMRA_PLAN_MAX_TIERS];
     if (!strcmp(a, "-m") || !strcmp(a, "--model"))
         o->model = v;
     else if (!strcmp(a, "--plans"))
@@ -94,7 +95,14 @@ static int parse_opt(const char *a, const char *v, memra_bench_opts *o)
         ;
     else if (!strcmp(a, "--copy-reps") && !parse_u32(v, 10000, &o->copy_reps) && o->copy_reps)
         ;
-    else
+    else if (!strcmp(a, "--norm-release") && !strcmp(v, "none"))
+        o->norm_release = 0;
+    else if (!strcmp(a, "--norm-release") &&
+             (n = memra_bench_parse_list(v, list, MEMRA_PLAN_MAX_TIERS, MEMRA_PLAN_MAX_B)) > 0) {
+        o->norm_release = 0;
+        for (int i = 0; i < n; i++)
+            o->norm_release |= 1 << list[i];
+    } else
         return -1;
     return 0;
 }

@@ -34,9 +34,20 @@ static void list_str(const uint32_t *v, uint32_t n, char *buf, size_t len)
 void memra_bench_print_header(const memra_bench_report *r, FILE *f)
 {
     const memra_bench_opts *o = &r->opts;
-    char tiers[96], depths[160];
+    char tiers[96], depths[160], norm_release[120] = "";
     list_str(o->tiers, o->n_tiers, tiers, sizeof tiers);
     list_str(o->depths, o->n_depths, depths, sizeof depths);
+    if (o->norm_release == 0)
+        snprintf(norm_release, sizeof norm_release, " --norm-release none");
+    else if (o->norm_release > 0) {
+        uint32_t nr[MEMRA_PLAN_MAX_B], n = 0;
+        for (uint32_t b = 1; b <= MEMRA_PLAN_MAX_B; b++)
+            if ((o->norm_release >> b) & 1)
+                nr[n++] = b;
+        char list[96];
+        list_str(nr, n, list, sizeof list);
+        snprintf(norm_release, sizeof norm_release, " --norm-release %s", list);
+    }
     fprintf(f, "memra-bench\n");
     fprintf(f,
             "  model     %s: \"%s\", %s, %u layers, n_embd %u, n_vocab %u, %s, %.3g %s "
@@ -50,10 +61,10 @@ void memra_bench_print_header(const memra_bench_report *r, FILE *f)
             r->kv_dtype);
     fprintf(f, "  backend   %s on %s\n", r->backend, r->device);
     fprintf(f,
-            "  options   --tiers %s --depths %s --ticks %u --warmup %u%s%s%s --seed %llu "
+            "  options   --tiers %s --depths %s --ticks %u --warmup %u%s%s%s%s --seed %llu "
             "--prefill %s%s --copy-mib %u --copy-reps %u\n",
             tiers, depths, o->ticks, o->warmup, o->graphs ? "" : " --no-graph",
-            o->no_fusion ? " --no-fusion" : "", o->phases ? " --phases" : "",
+            o->no_fusion ? " --no-fusion" : "", norm_release, o->phases ? " --phases" : "",
             (unsigned long long)o->seed,
             o->synthetic ? "synthetic" : "decode", o->isolation ? "" : " --no-isolation",
             o->copy_mib, o->copy_reps);
@@ -178,6 +189,13 @@ static json_t *config_json(const memra_bench_report *r)
     json_object_set_new(j, "warmup", json_integer(o->warmup));
     json_object_set_new(j, "graphs", json_boolean(o->graphs));
     json_object_set_new(j, "fusion", json_boolean(!o->no_fusion));
+    if (o->norm_release >= 0) { /* the tiers of --norm-release; absent: the backend default */
+        json_t *nr = json_array();
+        for (uint32_t b = 1; b <= MEMRA_PLAN_MAX_B; b++)
+            if ((o->norm_release >> b) & 1)
+                json_array_append_new(nr, json_integer(b));
+        json_object_set_new(j, "norm_release_tiers", nr);
+    }
     json_object_set_new(j, "phases", json_boolean(o->phases));
     json_object_set_new(j, "isolation", json_boolean(o->isolation));
     json_object_set_new(j, "prefill", json_string(o->synthetic ? "synthetic" : "decode"));

@@ -39,7 +39,10 @@ __global__ void __launch_bounds__(kThreads) rms_norm_q8_kernel(memra_rms_norm_q8
             const int j = threadIdx.x + kThreads * i;
             wv[i] = j < a.n ? a.w[j] : 0.0f;
         }
-    pdl_wait_release();
+    if (a.release_first) /* uniform: the launch's */
+        pdl_release_wait();
+    else
+        pdl_wait_release();
     double ss = 0.0;
     if (regs) {
 #pragma unroll

@@ -32,7 +32,8 @@ typedef struct memra_rms_norm_q8_args {
     int32_t n;
     int32_t b;
     float eps;
-    int32_t pad_;
+    int32_t release_first; /* CUDA scheduling only, never the values: 1 = release the next
+                              launch before waiting for x (backend_cuda.h norm_release_tiers) */
 } memra_rms_norm_q8_args;
 
 static inline const char *memra_rms_norm_q8_check(const memra_rms_norm_q8_args *a)

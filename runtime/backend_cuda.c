@@ -175,6 +175,7 @@ void memra_cuda_opts_init(memra_cuda_opts *o)
                            .graphs = 1,
                            .pdl = 1,
                            .fuse = 1,
+                           .norm_release_tiers = MEMRA_CUDA_NORM_RELEASE_TIERS,
                            .sync_launches = 0,
                            .staging_mib = 64};
 }
@@ -700,6 +701,9 @@ static int bind_plan(memra_cuda_backend *be, uint32_t t, uint32_t s, memra_err *
                               p->stage, i, memra_op_get(l->op)->name, why);
         if (l->op == MEMRA_OP_MMVQ)
             MEMRA_TRY(bind_mmvq_launch(be, p, i, L, err));
+        if (l->op == MEMRA_OP_RMS_NORM_Q8 && p->tier < 32) /* scheduling, never the bytes */
+            L->a.rms_norm_q8.release_first =
+                (int32_t)((be->opts.norm_release_tiers >> p->tier) & 1);
     }
     fold_pairs(be, cp, t);
     return MEMRA_OK;

@@ -65,6 +65,10 @@
 #include "plan.h"
 #include "sample.h"
 
+/* memra_cuda_opts.norm_release_tiers' default: tier 2 (9b, depth 1024: B=2 3.830 -> 3.660 ms;
+ * B=1 and 16 ran 0.5 % slower with it). */
+#define MEMRA_CUDA_NORM_RELEASE_TIERS (1u << 2)
+
 typedef struct memra_cuda_opts {
     uint32_t n_slots;     /* sessions live at once (default 16) */
     uint32_t n_ctx;       /* tokens per session (default 4096) */
@@ -79,6 +83,12 @@ typedef struct memra_cuda_opts {
                              grid of n_ff / 32 CUDA blocks covers every SM (smaller FFNs ran
                              slower fused: the 0.8b preset's 112 blocks, 1.15 -> 1.22 ms);
                              2: wherever it applies (tests); 0: never (A/B measurements) */
+    uint32_t norm_release_tiers; /* bit b set: the rms_norm_q8 launches of tier b release the
+                             next launch (PDL) before they wait for their input, so the mmvq
+                             after them is scheduled and streams weights earlier (scheduling
+                             only: the same bytes). Default MEMRA_CUDA_NORM_RELEASE_TIERS: the
+                             tiers where the H200 measured it faster (bench/results/mmvq-notes.md
+                             run 24) */
     int sync_launches;    /* 0 (default); 1: eager ticks synchronize after every launch, so
                              an asynchronous fault names its launch (debugging; slow) */
     uint32_t staging_mib; /* pinned staging chunk of the weight upload, MiB (default 64) */

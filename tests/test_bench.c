@@ -159,6 +159,16 @@ static void check_config(json_t *j, const memra_bench_report *r)
     ck_assert(num(j, "copy_gbs") > 0 &&
               fabs(num(j, "copy_gbs") - r->copy_gbs) <= 1e-8 * r->copy_gbs);
     ck_assert_int_eq(json_array_size(json_object_get(j, "tiers")), r->opts.n_tiers);
+    /* --norm-release: the tiers of the mask, absent at the default */
+    const json_t *nr = json_object_get(j, "norm_release_tiers");
+    if (r->opts.norm_release < 0)
+        ck_assert_ptr_null(nr);
+    else {
+        int mask = 0;
+        for (size_t i = 0; i < json_array_size(nr); i++)
+            mask |= 1 << json_integer_value(json_array_get(nr, i));
+        ck_assert_int_eq(mask, r->opts.norm_release);
+    }
 }
 
 /* One "case" line: fields present, numbers consistent, bytes equal to the oracle. */
@@ -278,6 +288,7 @@ START_TEST(test_bench_cpu_run)
     o.n_depths = 2;
     o.depths[0] = 0;
     o.depths[1] = 1024;
+    o.norm_release = 1 << 2 | 1 << 16; /* a CUDA scheduling option: reported, no effect here */
     memra_bench_report *r = bench_ok(&o);
     ck_assert_int_eq(r->n_cases, 4);
     ck_assert(r->plans_generated);
