@@ -31,6 +31,16 @@ static void list_str(const uint32_t *v, uint32_t n, char *buf, size_t len)
         k += (size_t)snprintf(buf + k, len - k, "%s%u", i ? "," : "", v[i]);
 }
 
+/* The tiers of --norm-release's mask (bit b: tier b) into out [MEMRA_PLAN_MAX_B]; their count. */
+static uint32_t norm_release_tiers(int mask, uint32_t *out)
+{
+    uint32_t n = 0;
+    for (uint32_t b = 1; mask > 0 && b <= MEMRA_PLAN_MAX_B; b++)
+        if ((mask >> b) & 1)
+            out[n++] = b;
+    return n;
+}
+
 void memra_bench_print_header(const memra_bench_report *r, FILE *f)
 {
     const memra_bench_opts *o = &r->opts;
@@ -40,12 +50,9 @@ void memra_bench_print_header(const memra_bench_report *r, FILE *f)
     if (o->norm_release == 0)
         snprintf(norm_release, sizeof norm_release, " --norm-release none");
     else if (o->norm_release > 0) {
-        uint32_t nr[MEMRA_PLAN_MAX_B], n = 0;
-        for (uint32_t b = 1; b <= MEMRA_PLAN_MAX_B; b++)
-            if ((o->norm_release >> b) & 1)
-                nr[n++] = b;
+        uint32_t nr[MEMRA_PLAN_MAX_B];
         char list[96];
-        list_str(nr, n, list, sizeof list);
+        list_str(nr, norm_release_tiers(o->norm_release, nr), list, sizeof list);
         snprintf(norm_release, sizeof norm_release, " --norm-release %s", list);
     }
     fprintf(f, "memra-bench\n");
@@ -190,11 +197,9 @@ static json_t *config_json(const memra_bench_report *r)
     json_object_set_new(j, "graphs", json_boolean(o->graphs));
     json_object_set_new(j, "fusion", json_boolean(!o->no_fusion));
     if (o->norm_release >= 0) { /* the tiers of --norm-release; absent: the backend default */
-        json_t *nr = json_array();
-        for (uint32_t b = 1; b <= MEMRA_PLAN_MAX_B; b++)
-            if ((o->norm_release >> b) & 1)
-                json_array_append_new(nr, json_integer(b));
-        json_object_set_new(j, "norm_release_tiers", nr);
+        uint32_t nr[MEMRA_PLAN_MAX_B];
+        json_object_set_new(j, "norm_release_tiers",
+                            u32_array(nr, norm_release_tiers(o->norm_release, nr)));
     }
     json_object_set_new(j, "phases", json_boolean(o->phases));
     json_object_set_new(j, "isolation", json_boolean(o->isolation));

@@ -58,7 +58,7 @@ typedef struct memra_ref_model_config {
 } memra_ref_model_config;
 #define MEMRA_REF_ACT_F32 (-1)
 
-/* Defaults: n_threads = 1, act_sim = 0. */
+/* Defaults: n_threads = 1, act_sim = 0, act_sim_mult = 0. */
 void memra_ref_model_config_default(memra_ref_model_config *cfg);
 
 /* Open a GGUF file, load and validate hparams, bind and check every tensor, convert the small

@@ -1937,6 +1937,18 @@ static double rel_l2(const float *a, const float *b, size_t n)
     return sqrt(num / den);
 }
 
+/* memra_ref_model_open refuses cfg with MEMRA_ERR_INVALID_ARG, no model, and a message that
+ * names `what`. */
+static void check_refused(const char *path, const memra_ref_model_config *cfg, const char *what)
+{
+    memra_ref_model *m = (memra_ref_model *)1;
+    memra_err err;
+    memra_err_clear(&err);
+    ck_assert_int_eq(memra_ref_model_open(path, cfg, &m, &err), MEMRA_ERR_INVALID_ARG);
+    ck_assert_ptr_null(m);
+    ck_assert_msg(strstr(err.msg, what) != NULL, "%s", err.msg);
+}
+
 START_TEST(test_act_sim)
 {
     enum { N = 4 };
@@ -1988,12 +2000,8 @@ START_TEST(test_act_sim)
     memra_ref_model_config_default(&bad);
     const int refused[] = {33, 2048, -2, 16};
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
-        memra_ref_model *m = (memra_ref_model *)1;
         bad.act_sim = refused[i];
-        memra_err_clear(&err);
-        ck_assert_int_eq(memra_ref_model_open(path, &bad, &m, &err), MEMRA_ERR_INVALID_ARG);
-        ck_assert_ptr_null(m);
-        ck_assert_ptr_nonnull(strstr(err.msg, "act_sim"));
+        check_refused(path, &bad, "act_sim");
     }
     unlink(path);
     for (int i = 0; i < 4; i++)
@@ -2004,9 +2012,10 @@ END_TEST
 
 /* config.act_sim_mult (run 22): one scale per 256 with a per-32 multiplier m in 1..64 keeps
  * a 32-block's step near its own amax / 127, so its logits land closer to the exact run's
- * than one plain scale per 256 does (here 0.0113 against 0.0179; the numpy model of
- * bench/analysis/act_group_error.py gives the same order) and differ from them; a multiplier
- * without a group, or outside 2..64, is refused. */
+ * than one plain scale per 256 does (here 0.0113 against 0.0179, a ratio of 0.63: the bound
+ * 0.8 leaves room for another forge; the numpy model of bench/analysis/act_group_error.py
+ * gives the same order) and differ from them (1e-6 as in test_act_sim); a multiplier without
+ * a group, or outside 2..64, is refused. */
 START_TEST(test_act_sim_mult)
 {
     enum { N = 4 };
@@ -2042,11 +2051,7 @@ START_TEST(test_act_sim_mult)
         memra_ref_model_config_default(&bad);
         bad.act_sim = refused[i][0];
         bad.act_sim_mult = refused[i][1];
-        memra_ref_model *m = (memra_ref_model *)1;
-        memra_err_clear(&err);
-        ck_assert_int_eq(memra_ref_model_open(path, &bad, &m, &err), MEMRA_ERR_INVALID_ARG);
-        ck_assert_ptr_null(m);
-        ck_assert_ptr_nonnull(strstr(err.msg, "act_sim_mult"));
+        check_refused(path, &bad, "act_sim_mult");
     }
     unlink(path);
     for (int i = 0; i < 3; i++)
