@@ -1210,62 +1210,87 @@ MEMRA_DEV void direct_main(const memra_mmvq_params &p, u8 *smem)
     /* fused SwiGLU: [B][64] outputs of the CUDA block (32 gate, then 32 up), after the rings */
     float *pair = (float *)(smem + B * MEMRA_MMVQ_ACT_BYTES(p.n_in) + MMVQ_WARPS * NST * SB);
 
-    /* stage k: round k % rounds of row r0 + k / rounds (an empty group past the end), from the
-     * 16-byte unit holding its first byte; a unit past the weight's end copies only its bytes */
-    auto stage = [&](int k) {
-        if (k < nst) {
-            int row = r0 + k / rounds;
-            const int m = k % rounds, wi = row_weight(p, row);
-            const memra_mmvq_out_params &o = p.out[wi];
-            const int bb = direct_qt<QT0, QT1, QT2, QT3>(wi) == 14 ? 210 : 144;
-            const u8 *first = (const u8 *)o.w + (u64)row * o.row_bytes + (u64)(16 * bb) * m;
+    /* The warp's stages in order: (row, round) = (r0 + k / rounds, k % rounds). Two cursors walk
+     * them without a division per stage: the copy cursor (c_*: the next stage to copy) and the
+     * compute cursor (the stage being dotted); each holds its weight, its row in that weight
+     * and its round, advanced by one stage at a time (a warp's rows are consecutive). */
+    int c_row = r0;
+    const int wi0 = nst > 0 ? row_weight(p, c_row) : 0, row0 = c_row;
+    int c_k = 0, c_m = 0, c_wi = wi0, c_slot = 0;
+    /* copy stage c_k: its round from the 16-byte unit holding its first byte; a unit past the
+     * weight's end copies only its bytes; past the warp's stages only an empty group */
+    auto stage = [&]() {
+        if (c_k < nst) {
+            const memra_mmvq_out_params &o = p.out[c_wi];
+            const int bb = direct_qt<QT0, QT1, QT2, QT3>(c_wi) == 14 ? 210 : 144;
+            const u8 *first = (const u8 *)o.w + (u64)c_row * o.row_bytes + (u64)(16 * bb) * c_m;
             const u8 *src = (const u8 *)((u64)first & ~(u64)15);
             const u8 *end = (const u8 *)o.w + (u64)o.n_out * o.row_bytes;
-            const int nb = nblk - 16 * m < 16 ? nblk - 16 * m : 16;
+            const int nb = nblk - 16 * c_m < 16 ? nblk - 16 * c_m : 16;
             const int units = (int)((first - src) + bb * nb + 15) / 16;
-            u8 *dst = ring + (k % NST) * SB;
+            u8 *dst = ring + c_slot * SB;
+            if (src + 16 * units <= end) { /* every unit whole: all stages but a weight's last */
+                const u32 sdst = (u32)__cvta_generic_to_shared(dst) + 16 * lane;
+                const u8 *s16 = src + 16 * lane;
 #pragma unroll
-            for (int i = 0; i < (SB + 511) / 512; i++) {
-                const int u = lane + 32 * i;
-                if (u < units) {
-                    const u8 *s16 = src + 16 * u;
-                    const long left = (long)(end - s16);
-                    cp_async16(dst + 16 * u, s16, left < 16 ? (u32)left : 16u);
+                for (int i = 0; i < (SB + 511) / 512; i++)
+                    if (lane + 32 * i < units)
+                        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(
+                                         sdst + 512 * i),
+                                     "l"(s16 + 512 * i)
+                                     : "memory");
+            } else {
+#pragma unroll
+                for (int i = 0; i < (SB + 511) / 512; i++) {
+                    const int u = lane + 32 * i;
+                    if (u < units) {
+                        const u8 *s16 = src + 16 * u;
+                        const long left = (long)(end - s16);
+                        cp_async16(dst + 16 * u, s16, left < 16 ? (u32)left : 16u);
+                    }
+                }
+            }
+            if (++c_m == rounds) {
+                c_m = 0;
+                if (++c_row == o.n_out) {
+                    c_row = 0;
+                    ++c_wi;
                 }
             }
         }
+        c_slot = c_slot == NST - 1 ? 0 : c_slot + 1;
+        ++c_k;
         cp_async_commit();
     };
 #pragma unroll
     for (int k = 0; k < NST; k++)
-        stage(k);
+        stage();
     direct_prologue<B>(p, act);
     const int pb = b & (P - 1); /* the part whose T this lane keeps (lanes of blocks b < P) */
     float T[B];
 #pragma unroll
     for (int c = 0; c < B; c++)
         T[c] = 0.0f;
+    int m = 0, wi = wi0, row = row0, rk = 0, slot = 0; /* the compute cursor; rk = k / rounds */
 #pragma unroll 1
     for (int k = 0; k < nst; k++) {
         cp_async_wait<NST - 1>();
         __syncwarp();
-        const int m = k % rounds, j = 16 * m + b;
-        int row = r0 + k / rounds;
-        const int wi = row_weight(p, row);
+        const int j = 16 * m + b;
         const int qt = direct_qt<QT0, QT1, QT2, QT3>(wi);
         const int kq = 8 * (j < nblk ? j : 0) + 4 * h;
-        const u8 *slot = ring + (k % NST) * SB;
+        const u8 *slotp = ring + slot * SB;
         float rj[B];
         if (qt == 14) { /* warp-uniform: one row per stage */
             const u8 *first = (const u8 *)p.out[wi].w + (u64)row * p.out[wi].row_bytes;
-            q6k_direct<B>(slot + ((u64)first & 15) + 210 * b, act, p.n_in, kq, h, rj);
+            q6k_direct<B>(slotp + ((u64)first & 15) + 210 * b, act, p.n_in, kq, h, rj);
         } else {
             q4k_lane w;
-            q4k_lds(w, slot + 144 * b, h); /* past the row's end: unused bits */
+            q4k_lds(w, slotp + 144 * b, h); /* past the row's end: unused bits */
             q4k_direct<B>(w, act, p.n_in, kq, h, rj);
         }
         __syncwarp();
-        stage(k + NST);
+        stage();
         /* T_pb += r_j for the round's blocks of part pb, in increasing j */
         for (int q = 0; q < 16; q += P) {
             const bool live = 16 * m + pb + q < nblk;
@@ -1280,17 +1305,30 @@ MEMRA_DEV void direct_main(const memra_mmvq_params &p, u8 *smem)
 #pragma unroll
             for (int c = 0; c < B; c++) {
                 float y = __shfl_sync(0xFFFFFFFFu, T[c], 0);
-                for (int q = 1; q < P; q++)
-                    y = __fadd_rn(y, __shfl_sync(0xFFFFFFFFu, T[c], 2 * q));
+#pragma unroll
+                for (int q = 1; q < MEMRA_MMVQ_MAX_PARTS; q++) { /* the same order, no loop */
+                    const float v = __shfl_sync(0xFFFFFFFFu, T[c], 2 * q);
+                    if (q < P)
+                        y = __fadd_rn(y, v);
+                }
                 if (lane == 0) {
                     if (swiglu)
-                        pair[64 * c + 32 * (warp >> 2) + R * (warp & 3) + k / rounds] = y;
+                        pair[64 * c + 32 * (warp >> 2) + R * (warp & 3) + rk] = y;
                     else
                         store_one(p.out[wi], c, row, y);
                 }
                 T[c] = 0.0f;
             }
         }
+        if (++m == rounds) { /* advance the compute cursor */
+            m = 0;
+            ++rk;
+            if (++row == p.out[wi].n_out) {
+                row = 0;
+                ++wi;
+            }
+        }
+        slot = slot == NST - 1 ? 0 : slot + 1;
     }
     if (swiglu) { /* silu_mul_q8's arithmetic on the block's 32 (g, u) pairs of each row */
         __syncthreads();
