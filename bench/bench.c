@@ -27,6 +27,7 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include "bench_backend.h"
 #include "gguf.h"
@@ -351,6 +352,23 @@ static int fill_rows(bench_ctx *c, bench_eng *e, uint32_t b, uint32_t depth, mem
     return MEMRA_OK;
 }
 
+/* The tier-1 case's fingerprint: the first tick of row 0 after the synthetic fill, as the
+ * isolation check runs it for every row (so a tier-B hash covers the same computations). */
+static int logits_fingerprint(bench_ctx *c, bench_eng *e, uint32_t depth, memra_bench_case *cs,
+                              memra_err *err)
+{
+    int rc;
+    const int32_t tok = first_token(c, 0);
+    MEMRA_TRY(bench_be_fill(&e->be, e->sids[0], depth, row_seed(c, 0), err));
+    MEMRA_TRY(bench_be_step(&e->be, 1, &e->sids[0], &tok, 1, NULL, NULL, err));
+    MEMRA_TRY(bench_be_logits(&e->be, 0, 1, c->got, err));
+    cs->logits_xxh64 = XXH64(c->got, sizeof(float) * c->n_vocab, 0);
+    cs->has_logits_xxh64 = 1;
+    return MEMRA_OK;
+fail:
+    return rc;
+}
+
 /* Rows of a B-wide tick against the same states run alone at tier 1 (memcmp of logits). */
 static int isolation_check(bench_ctx *c, bench_eng *e, uint32_t b, uint32_t depth,
                            memra_bench_case *cs, memra_err *err)
@@ -367,6 +385,8 @@ static int isolation_check(bench_ctx *c, bench_eng *e, uint32_t b, uint32_t dept
     MEMRA_TRY(fill_rows(c, e, b, depth, err));
     MEMRA_TRY(bench_be_step(&e->be, b, e->sids, tok, b, NULL, NULL, err));
     MEMRA_TRY(bench_be_logits(&e->be, 0, b, c->got, err));
+    cs->logits_xxh64 = XXH64(c->got, sizeof(float) * b * v, 0);
+    cs->has_logits_xxh64 = 1;
     cs->rows_differ = cs->logits_differ = 0;
     cs->max_abs_diff = 0;
     for (uint32_t r = 0; r < b; r++) {
@@ -488,6 +508,8 @@ static int run_case(bench_ctx *c, bench_eng *eng, uint32_t n_eng, uint32_t ti, u
                                    .graph_nodes = bench_be_graph_nodes(&eng[k].be, b)};
     if (check && b > 1 && c->tier1 && c->o->isolation && c->o->synthetic)
         MEMRA_TRY(isolation_check(c, &eng[0], b, depth, &cs[0], err));
+    else if (check && b == 1 && c->o->isolation && c->o->synthetic)
+        MEMRA_TRY(logits_fingerprint(c, &eng[0], depth, &cs[0], err));
     for (uint32_t k = 0; k < n_eng; k++)
         MEMRA_TRY(reach_depth(c, &eng[k], b, depth, err));
     MEMRA_TRY(timed_ticks(c, eng, n_eng, b, cs, err));

@@ -97,6 +97,12 @@ typedef struct memra_bench_case {
     uint32_t logits_differ; /* of their logits, those whose bits differ (all rows) */
     double max_abs_diff;    /* the largest |tier B - tier 1| over them (finite pairs) */
     double eager_median_ms; /* graph cases: the eager case's median (0 when not run) */
+    /* xxHash64 of the f32 logits of the case's first B-wide tick (all B rows, row after row)
+     * after the synthetic fill: the same bits give the same value in any build, so two
+     * builds' runs (bench/device-ab.sh) compare whole-model results; has_logits_xxh64 = 0 when
+     * not computed (--no-isolation or real decode ticks) */
+    uint64_t logits_xxh64;
+    int has_logits_xxh64;
 } memra_bench_case;
 
 /* Marginal cost of one op class in one (tier, depth) case: the tick re-timed with every

@@ -16,7 +16,10 @@
 # rounds, memra-gpu-tests and memra-gpu-backend-tests (the gates; with PRESET=0.8b that model
 # is their MEMRA_GPU_TEST_MODEL) under every variant but base, PASS / FAIL lines in the table.
 # What comes back in $OUT: VARIANT-ROUND.txt / .jsonl per run, forge.log, ab.txt (the table),
-# VARIANT-TEST.log with AB_TESTS.
+# VARIANT-TEST.log with AB_TESTS. Table columns: rows_differ / max|d| are memra-bench's isolation
+# check inside the run (B-wide rows against tier 1); logits compares the case's logits_xxh64
+# (the first B-wide tick's logits, all rows) with base's in the same round: `=base` means the
+# variant computed the same bits on the whole model (list base first, so it runs first).
 set -u
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -53,6 +56,7 @@ t0=$(date +%s)
 [ -s "$model" ] || timeout 300 "$carry/bin/memra-forge" --preset "$preset" --seed 1 -o "$model" >"$out/forge.log" 2>&1
 echo "forge $preset: rc=$? in $(($(date +%s) - t0)) s" | tee -a "$out/forge.log"
 : >"$out/ab.txt"
+rm -f "$out"/*.hash
 for round in $(seq 1 "${AB_ROUNDS:-2}"); do
   for v in "$@"; do
     left=$((deadline - $(date +%s)))
@@ -64,11 +68,21 @@ for round in $(seq 1 "${AB_ROUNDS:-2}"); do
       --json "$out/$v-$round.jsonl" ${AB_ARGS:---tiers 4,8,16 --depths 1024 --ticks 50 --prefill synthetic} \
       >"$out/$v-$round.txt" 2>"$out/$v-$round.err"
     rc=$?
-    # one line per graph case: variant round tier median p99 rows_differ max|d|
+    # one line per graph case: variant round tier median p99 rows_differ max|d| logits: the
+    # case's logits_xxh64 against base's in the same round (=base: the same bits; DIFF: not;
+    # - for base itself, ? when base has none)
     grep '"mode":"graph"' "$out/$v-$round.jsonl" 2>/dev/null | while read -r line; do
-      printf '%-10s %5s %4s %10s %10s %6s %9s\n' "$v" "$round" "$(field "$line" tier)" \
+      tier=$(field "$line" tier)
+      hash=$(printf '%s' "$line" | sed -nE 's/.*"logits_xxh64":"([0-9a-f]+)".*/\1/p')
+      echo "$tier ${hash:-none}" >>"$out/$v-$round.hash"
+      ref=$(awk -v t="$tier" '$1 == t { print $2 }' "$out/base-$round.hash" 2>/dev/null)
+      if [ "$v" = base ]; then same=-
+      elif [ -z "$hash" ] || [ -z "$ref" ] || [ "$ref" = none ]; then same=?
+      elif [ "$hash" = "$ref" ]; then same==base
+      else same=DIFF; fi
+      printf '%-10s %5s %4s %10s %10s %6s %9s %7s\n' "$v" "$round" "$tier" \
         "$(field "$line" median_ms)" "$(field "$line" p99_ms)" "$(field "$line" rows_differ)" \
-        "$(field "$line" max_abs_diff)"
+        "$(field "$line" max_abs_diff)" "$same"
     done >>"$out/ab.txt"
     [ $rc != 0 ] && { echo "$v-$round: memra-bench rc=$rc"; tail -3 "$out/$v-$round.err"; } >>"$out/ab.txt"
   done
@@ -92,5 +106,5 @@ if [ -n "${AB_TESTS:-}" ]; then
   done
 fi
 grep -h -m1 "copy BW" "$out"/*-1.txt | head -1
-printf '%-10s %5s %4s %10s %10s %6s %9s\n' variant round B median_ms p99_ms rows_differ 'max|d|'
+printf '%-10s %5s %4s %10s %10s %6s %9s %7s\n' variant round B median_ms p99_ms rows_differ 'max|d|' logits
 sort -k3,3n -k1,1 -s "$out/ab.txt"

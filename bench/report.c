@@ -246,6 +246,13 @@ static json_t *case_json(const memra_bench_report *r, const memra_bench_case *c)
     json_object_set_new(j, "rows_differ", json_integer(c->rows_differ));
     json_object_set_new(j, "logits_differ", json_integer(c->logits_differ));
     json_object_set_new(j, "max_abs_diff", json_real(c->max_abs_diff));
+    if (c->has_logits_xxh64) {
+        char hex[17];
+        snprintf(hex, sizeof hex, "%016llx", (unsigned long long)c->logits_xxh64);
+        json_object_set_new(j, "logits_xxh64", json_string(hex));
+    } else {
+        json_object_set_new(j, "logits_xxh64", json_null());
+    }
     json_object_set_new(j, "eager_median_ms",
                         c->eager_median_ms > 0 ? json_real(c->eager_median_ms) : json_null());
     json_object_set_new(j, "graph_speedup",

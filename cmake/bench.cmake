@@ -12,7 +12,8 @@ if(NOT TARGET memra_cpu OR NOT TARGET memra_planhost)
 endif()
 
 set(memra_bench_sources bench/bench.c bench/bench_backend.c bench/plan_variant.c bench/report.c)
-set(memra_bench_deps memra_cpu memra_planhost memra_plan memra_gguf memra_base PkgConfig::JANSSON)
+set(memra_bench_deps memra_cpu memra_planhost memra_plan memra_gguf memra_base PkgConfig::JANSSON
+    PkgConfig::XXHASH)
 if(TARGET memra_cudabackend)
   list(APPEND memra_bench_sources bench/ceiling.cu)
   list(APPEND memra_bench_deps memra_cudabackend)

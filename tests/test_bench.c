@@ -211,6 +211,10 @@ static void check_case(json_t *j, double copy_gbs, uint32_t ticks, uint32_t warm
         ck_assert_msg(json_is_true(iso), "tier %u depth %u: rows differ from tier 1", b, depth);
     ck_assert(json_is_null(json_object_get(j, "graph_speedup")));
     ck_assert(num(j, "logits_differ") == 0 && num(j, "max_abs_diff") == 0);
+    /* synthetic fills with the isolation check: every case has its logits' fingerprint */
+    const char *h = json_string_value(json_object_get(j, "logits_xxh64"));
+    ck_assert_msg(h != NULL && strlen(h) == 16 && strspn(h, "0123456789abcdef") == 16,
+                  "tier %u depth %u: logits_xxh64 %s", b, depth, h ? h : "(not a string)");
 }
 
 /* Parse every line of path; count lines per type and check each. */
@@ -509,6 +513,77 @@ START_TEST(test_bench_phases)
 }
 END_TEST
 
+/* The logits fingerprint (what bench/device-ab.sh compares between builds): a function of the
+ * computed bits, so the same run twice gives the same values, another seed (other histories,
+ * other first tokens) other ones, and a tier-2 case hashes two rows, not one. */
+START_TEST(test_bench_logits_hash)
+{
+    memra_bench_opts o;
+    small_opts(&o);
+    o.plans = g_plans;
+    o.n_tiers = 2;
+    o.tiers[0] = 1;
+    o.tiers[1] = 2;
+    o.n_depths = 2;
+    o.depths[0] = 0;
+    o.depths[1] = 40;
+    memra_bench_report *a = bench_ok(&o), *b = bench_ok(&o);
+    o.seed = 7;
+    memra_bench_report *c = bench_ok(&o);
+    ck_assert_int_eq(a->n_cases, 4);
+    ck_assert_int_eq(b->n_cases, 4);
+    ck_assert_int_eq(c->n_cases, 4);
+    for (uint32_t i = 0; i < a->n_cases; i++) {
+        const memra_bench_case *x = &a->cases[i], *y = &b->cases[i], *z = &c->cases[i];
+        ck_assert(x->has_logits_xxh64 && y->has_logits_xxh64 && z->has_logits_xxh64);
+        ck_assert_uint_eq(x->tier, y->tier);
+        ck_assert_uint_eq(x->depth, y->depth);
+        ck_assert_msg(x->logits_xxh64 == y->logits_xxh64, "tier %u depth %u: %016llx vs %016llx",
+                      x->tier, x->depth, (unsigned long long)x->logits_xxh64,
+                      (unsigned long long)y->logits_xxh64);
+        ck_assert_msg(x->logits_xxh64 != z->logits_xxh64, "tier %u depth %u: seed 7 = seed 1",
+                      x->tier, x->depth);
+        for (uint32_t k = 0; k < i; k++) /* each (tier, depth) its own bits */
+            ck_assert(a->cases[k].logits_xxh64 != x->logits_xxh64);
+    }
+    memra_bench_report_free(a);
+    memra_bench_report_free(b);
+    memra_bench_report_free(c);
+    /* without the check (or without synthetic histories) there is none */
+    small_opts(&o);
+    o.plans = g_plans;
+    o.n_tiers = 1;
+    o.tiers[0] = 2;
+    o.n_depths = 1;
+    o.depths[0] = 0;
+    o.isolation = 0;
+    memra_bench_report *d = bench_ok(&o);
+    ck_assert_int_eq(d->cases[0].has_logits_xxh64, 0);
+    char json[512];
+    tu_tmp_path(json, sizeof json, ".jsonl");
+    FILE *f = fopen(json, "w");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(memra_bench_write_json(d, f, NULL), MEMRA_OK);
+    fclose(f);
+    f = fopen(json, "r");
+    char line[8192];
+    int n_case = 0;
+    while (fgets(line, sizeof line, f)) {
+        json_t *j = json_loads(line, 0, NULL);
+        ck_assert_ptr_nonnull(j);
+        if (!strcmp(json_string_value(json_object_get(j, "type")), "case")) {
+            ck_assert(json_is_null(json_object_get(j, "logits_xxh64")));
+            n_case++;
+        }
+        json_decref(j);
+    }
+    fclose(f);
+    unlink(json);
+    ck_assert_int_eq(n_case, 1);
+    memra_bench_report_free(d);
+}
+END_TEST
+
 /* Depths reached with real decode ticks (no synthetic history, so no isolation check). */
 START_TEST(test_bench_decode_prefill)
 {
@@ -523,6 +598,7 @@ START_TEST(test_bench_decode_prefill)
     memra_bench_report *r = bench_ok(&o);
     ck_assert_int_eq(r->n_cases, 1);
     ck_assert_int_eq(r->cases[0].isolation, -1);
+    ck_assert_int_eq(r->cases[0].has_logits_xxh64, 0);
     ck_assert(r->cases[0].median_ms > 0);
     memra_bench_report_free(r);
 }
@@ -622,6 +698,7 @@ Suite *make_bench_suite(void)
     tcase_add_test(tc, test_bench_fill_synthetic);
     tcase_add_test(tc, test_bench_double_op);
     tcase_add_test(tc, test_bench_phases);
+    tcase_add_test(tc, test_bench_logits_hash);
     tcase_add_test(tc, test_bench_decode_prefill);
     tcase_add_test(tc, test_bench_bad_input);
     tcase_add_test(tc, test_bench_stats);
