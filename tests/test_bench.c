@@ -86,6 +86,17 @@ static void small_opts(memra_bench_opts *o)
     o->copy_reps = 3;
 }
 
+/* small_opts on the fixture's plans, one tier at one depth. */
+static void one_case_opts(memra_bench_opts *o, uint32_t tier, uint32_t depth)
+{
+    small_opts(o);
+    o->plans = g_plans;
+    o->n_tiers = 1;
+    o->tiers[0] = tier;
+    o->n_depths = 1;
+    o->depths[0] = depth;
+}
+
 static memra_bench_report *bench_ok(const memra_bench_opts *o)
 {
     ck_assert_msg(g_ok, "fixture (forge + planner) failed; see stderr");
@@ -467,12 +478,7 @@ END_TEST
 START_TEST(test_bench_phases)
 {
     memra_bench_opts o;
-    small_opts(&o);
-    o.plans = g_plans;
-    o.n_tiers = 1;
-    o.tiers[0] = 2;
-    o.n_depths = 1;
-    o.depths[0] = 8;
+    one_case_opts(&o, 2, 8);
     o.ticks = 5;
     o.phases = 1;
     memra_bench_report *r = bench_ok(&o);
@@ -550,12 +556,7 @@ START_TEST(test_bench_logits_hash)
     memra_bench_report_free(b);
     memra_bench_report_free(c);
     /* without the check (or without synthetic histories) there is none */
-    small_opts(&o);
-    o.plans = g_plans;
-    o.n_tiers = 1;
-    o.tiers[0] = 2;
-    o.n_depths = 1;
-    o.depths[0] = 0;
+    one_case_opts(&o, 2, 0);
     o.isolation = 0;
     memra_bench_report *d = bench_ok(&o);
     ck_assert_int_eq(d->cases[0].has_logits_xxh64, 0);
@@ -588,12 +589,7 @@ END_TEST
 START_TEST(test_bench_decode_prefill)
 {
     memra_bench_opts o;
-    small_opts(&o);
-    o.plans = g_plans;
-    o.n_tiers = 1;
-    o.tiers[0] = 2;
-    o.n_depths = 1;
-    o.depths[0] = 6;
+    one_case_opts(&o, 2, 6);
     o.synthetic = 0;
     memra_bench_report *r = bench_ok(&o);
     ck_assert_int_eq(r->n_cases, 1);
@@ -611,12 +607,7 @@ START_TEST(test_bench_bad_input)
     memra_bench_opts o;
     memra_err err;
     memra_bench_report *r = NULL;
-    small_opts(&o);
-    o.plans = g_plans;
-    o.n_tiers = 1;
-    o.tiers[0] = 4; /* the plan set has 1 and 2 */
-    o.n_depths = 1;
-    o.depths[0] = 0;
+    one_case_opts(&o, 4, 0); /* the plan set has tiers 1 and 2 */
     memra_err_clear(&err);
     ck_assert_int_eq(memra_bench_run(&o, &r, &err), MEMRA_ERR_INVALID_ARG);
     ck_assert_msg(strstr(err.msg, "tier 4") && strstr(err.msg, "1,2"), "%s", err.msg);
