@@ -352,16 +352,27 @@ static int fill_rows(bench_ctx *c, bench_eng *e, uint32_t b, uint32_t depth, mem
     return MEMRA_OK;
 }
 
-/* The tier-1 case's fingerprint: the first tick of row 0 after the synthetic fill, as the
- * isolation check runs it for every row (so a tier-B hash covers the same computations). */
+/* Row r alone at tier 1: its synthetic fill at depth, its first token, the logits into out. */
+static int row_alone(bench_ctx *c, bench_eng *e, uint32_t r, uint32_t depth, float *out,
+                     memra_err *err)
+{
+    int rc;
+    const int32_t tok = first_token(c, r);
+    MEMRA_TRY(bench_be_fill(&e->be, e->sids[r], depth, row_seed(c, r), err));
+    MEMRA_TRY(bench_be_step(&e->be, 1, &e->sids[r], &tok, 1, NULL, NULL, err));
+    MEMRA_TRY(bench_be_logits(&e->be, 0, 1, out, err));
+    return MEMRA_OK;
+fail:
+    return rc;
+}
+
+/* The tier-1 case's fingerprint: row 0 alone, as the isolation check runs every row (so a
+ * tier-B hash covers the same computations). */
 static int logits_fingerprint(bench_ctx *c, bench_eng *e, uint32_t depth, memra_bench_case *cs,
                               memra_err *err)
 {
     int rc;
-    const int32_t tok = first_token(c, 0);
-    MEMRA_TRY(bench_be_fill(&e->be, e->sids[0], depth, row_seed(c, 0), err));
-    MEMRA_TRY(bench_be_step(&e->be, 1, &e->sids[0], &tok, 1, NULL, NULL, err));
-    MEMRA_TRY(bench_be_logits(&e->be, 0, 1, c->got, err));
+    MEMRA_TRY(row_alone(c, e, 0, depth, c->got, err));
     cs->logits_xxh64 = XXH64(c->got, sizeof(float) * c->n_vocab, 0);
     cs->has_logits_xxh64 = 1;
     return MEMRA_OK;
@@ -378,9 +389,7 @@ static int isolation_check(bench_ctx *c, bench_eng *e, uint32_t b, uint32_t dept
     int32_t tok[MEMRA_PLAN_MAX_B];
     for (uint32_t r = 0; r < b; r++) {
         tok[r] = first_token(c, r);
-        MEMRA_TRY(bench_be_fill(&e->be, e->sids[r], depth, row_seed(c, r), err));
-        MEMRA_TRY(bench_be_step(&e->be, 1, &e->sids[r], &tok[r], 1, NULL, NULL, err));
-        MEMRA_TRY(bench_be_logits(&e->be, 0, 1, c->ref + r * v, err));
+        MEMRA_TRY(row_alone(c, e, r, depth, c->ref + r * v, err));
     }
     MEMRA_TRY(fill_rows(c, e, b, depth, err));
     MEMRA_TRY(bench_be_step(&e->be, b, e->sids, tok, b, NULL, NULL, err));

@@ -228,6 +228,16 @@ static void check_case(json_t *j, double copy_gbs, uint32_t ticks, uint32_t warm
                   "tier %u depth %u: logits_xxh64 %s", b, depth, h ? h : "(not a string)");
 }
 
+/* The report's JSON lines into a fresh temporary file, its path into path [512]. */
+static void write_json_file(const memra_bench_report *r, char *path)
+{
+    tu_tmp_path(path, 512, ".jsonl");
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(memra_bench_write_json(r, f, NULL), MEMRA_OK);
+    fclose(f);
+}
+
 /* Parse every line of path; count lines per type and check each. */
 static void check_json_file(const char *path, const memra_bench_report *r, int *n_case,
                             int *n_target, int *n_phase)
@@ -311,11 +321,7 @@ START_TEST(test_bench_cpu_run)
     ck_assert_msg(stat(r->plans_dir, &st) != 0, "%s was not removed", r->plans_dir);
 
     char json[512];
-    tu_tmp_path(json, sizeof json, ".jsonl");
-    FILE *f = fopen(json, "w");
-    ck_assert_ptr_nonnull(f);
-    ck_assert_int_eq(memra_bench_write_json(r, f, NULL), MEMRA_OK);
-    fclose(f);
+    write_json_file(r, json);
     int n_case, n_target, n_phase;
     check_json_file(json, r, &n_case, &n_target, &n_phase);
     unlink(json);
@@ -328,7 +334,7 @@ START_TEST(test_bench_cpu_run)
 
     char txt[512];
     tu_tmp_path(txt, sizeof txt, ".txt");
-    f = fopen(txt, "w+");
+    FILE *f = fopen(txt, "w+");
     memra_bench_print_header(r, f);
     memra_bench_print_table(r, f);
     memra_bench_print_targets(r, f);
@@ -506,10 +512,7 @@ START_TEST(test_bench_phases)
     memra_plan_free(p);
     memra_gguf_close(g);
     char json[512];
-    tu_tmp_path(json, sizeof json, ".jsonl");
-    FILE *f = fopen(json, "w");
-    ck_assert_int_eq(memra_bench_write_json(r, f, NULL), MEMRA_OK);
-    fclose(f);
+    write_json_file(r, json);
     int n_case, n_target, n_phase;
     check_json_file(json, r, &n_case, &n_target, &n_phase);
     unlink(json);
@@ -561,12 +564,8 @@ START_TEST(test_bench_logits_hash)
     memra_bench_report *d = bench_ok(&o);
     ck_assert_int_eq(d->cases[0].has_logits_xxh64, 0);
     char json[512];
-    tu_tmp_path(json, sizeof json, ".jsonl");
-    FILE *f = fopen(json, "w");
-    ck_assert_ptr_nonnull(f);
-    ck_assert_int_eq(memra_bench_write_json(d, f, NULL), MEMRA_OK);
-    fclose(f);
-    f = fopen(json, "r");
+    write_json_file(d, json);
+    FILE *f = fopen(json, "r");
     char line[8192];
     int n_case = 0;
     while (fgets(line, sizeof line, f)) {
