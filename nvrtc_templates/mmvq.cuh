@@ -949,6 +949,17 @@ struct u32x4 {
 
 MEMRA_DEV u32x4 lds16(const u8 *p) { return *(const u32x4 *)p; }
 
+/* The same from a 16-byte aligned address as one 128-bit load when A (the direct path's ring
+ * slots and act rows are 16-byte aligned; direct_main's A16 says where the registers allow). */
+template <bool A> MEMRA_DEV u32x4 lds16x(const u8 *p)
+{
+    if (A) {
+        const uint4 v = *(const uint4 *)p;
+        return u32x4{v.x, v.y, v.z, v.w};
+    }
+    return lds16(p);
+}
+
 /* c + sum of the 4 byte products, a unsigned, b signed (PTX dp4a.u32.s32). */
 MEMRA_DEV i32 dp4a_us(u32 a, u32 b, i32 c)
 {
@@ -1003,12 +1014,12 @@ struct q4k_lane {
 };
 
 /* The lane's share from a stage of the ring (shared memory). */
-MEMRA_DEV void q4k_lds(q4k_lane &b, const u8 *blk, int h)
+template <bool A> MEMRA_DEV void q4k_lds(q4k_lane &b, const u8 *blk, int h)
 {
-    b.hd = lds16(blk);
+    b.hd = lds16x<A>(blk);
 #pragma unroll
     for (int i = 0; i < 4; i++)
-        b.q[i] = lds16(blk + 16 + 64 * h + 16 * i);
+        b.q[i] = lds16x<A>(blk + 16 + 64 * h + 16 * i);
 }
 
 MEMRA_DEV u32 word_of(const u32x4 &v, int i)
@@ -1019,7 +1030,7 @@ MEMRA_DEV u32 word_of(const u32x4 &v, int i)
 /* r of the block (quant.c dot_kq) against each of the B staged rows (r[c]: row c, at act +
  * c MEMRA_MMVQ_ACT_BYTES(n_in)); kq = q8_1 block of sub-block 4 h. The weight's codes are
  * masked once for all rows. */
-template <int B>
+template <int B, bool A>
 MEMRA_DEV void q4k_direct(const q4k_lane &b, const u8 *act0, int n_in, int kq, int h, float (&r)[B])
 {
     const u32 x1 = b.hd.y, x2 = b.hd.z, x3 = b.hd.w;
@@ -1030,13 +1041,14 @@ MEMRA_DEV void q4k_direct(const q4k_lane &b, const u8 *act0, int n_in, int kq, i
 #pragma unroll
     for (int c = 0; c < B; c++) {
         const u8 *act = act0 + c * MEMRA_MMVQ_ACT_BYTES(n_in);
-        const u32x4 dav = lds16(act + MEMRA_MMVQ_ACT_CODES(n_in) + 4 * kq);
-        const u32x4 sav = lds16(act + MEMRA_MMVQ_ACT_CODES(n_in) + n_in / 8 + 4 * kq);
+        const u32x4 dav = lds16x<A>(act + MEMRA_MMVQ_ACT_CODES(n_in) + 4 * kq);
+        const u32x4 sav = lds16x<A>(act + MEMRA_MMVQ_ACT_CODES(n_in) + n_in / 8 + 4 * kq);
         float cA[4], cB[4];
+        const u8 *aq0 = act + act_code_off(kq); /* kq % 4 == 0: sub-block kq + i at + 32 i */
 #pragma unroll
         for (int i = 0; i < 4; i++) {
-            const u8 *aq = act + act_code_off(kq + i);
-            const u32x4 a0 = lds16(aq), a1 = lds16(aq + 16);
+            const u8 *aq = aq0 + 32 * i;
+            const u32x4 a0 = lds16x<A>(aq), a1 = lds16x<A>(aq + 16);
             i32 S = 0;
 #pragma unroll
             for (int wd = 0; wd < 8; wd++) {
@@ -1093,8 +1105,11 @@ MEMRA_DEV void store_one(const memra_mmvq_out_params &o, int c, int row, float T
  * funnel shift each; reads 4 bytes past the run's end when p is not 4-byte aligned). */
 template <int N> MEMRA_DEV void lds_run(const u8 *p, u32 (&w)[N])
 {
-    const u32 s = 8u * ((u32)(u64)p & 3u);
-    const u32 *a = (const u32 *)((u64)p & ~(u64)3);
+    const u32 o = (u32)(u64)p & 3u;
+    const u32 s = 8u * o;
+    /* pointer arithmetic, not an integer round trip: the compiler keeps knowing the run is
+     * shared memory (LDS with a 32-bit address instead of generic 64-bit loads) */
+    const u32 *a = (const u32 *)(p - o);
     u32 prev = a[0];
 #pragma unroll
     for (int i = 0; i < N; i++) {
@@ -1108,8 +1123,10 @@ template <int N> MEMRA_DEV void lds_run(const u8 *p, u32 (&w)[N])
  * 2 b + h holds sub-blocks k = 4 h + i, i = 0..3: codes c = (low 4 | high 2 << 4) - 32 from
  * ql[64 h + 32 (i & 1) + l] (low nibble for i < 2, high for i >= 2) and (qh[32 h + l] >> 2 i)
  * & 3; X_k = sc_2k . S_lo + sc_2k+1 . S_hi (int32, exact), A_k = d_a(k) x f(X_k); the lane's
- * half of tree8, one shuffle adds the halves; r = d x tree8(A). */
-template <int B>
+ * half of tree8, one shuffle adds the halves; r = d x tree8(A). S over 16 codes is dotted with
+ * the unsigned c + 32 and corrected by 32 x the 16 activations' sum (the first half's summed
+ * by dp4a, the second half's = the block's staged sum minus it): the same integers. */
+template <int B, bool A>
 MEMRA_DEV void q6k_direct(const u8 *blk, const u8 *act0, int n_in, int kq, int h, float (&r)[B])
 {
     u32 ql[16], qh[8], sc[2], dw[1];
@@ -1121,20 +1138,31 @@ MEMRA_DEV void q6k_direct(const u8 *blk, const u8 *act0, int n_in, int kq, int h
 #pragma unroll
     for (int c = 0; c < B; c++) {
         const u8 *act = act0 + c * MEMRA_MMVQ_ACT_BYTES(n_in);
-        const u32x4 dav = lds16(act + MEMRA_MMVQ_ACT_CODES(n_in) + 4 * kq);
+        const u32x4 dav = lds16x<A>(act + MEMRA_MMVQ_ACT_CODES(n_in) + 4 * kq);
+        const u32x4 sav = lds16x<A>(act + MEMRA_MMVQ_ACT_CODES(n_in) + n_in / 8 + 4 * kq);
         float cA[4];
+        const u8 *aq0 = act + act_code_off(kq); /* kq % 4 == 0: sub-block kq + i at + 32 i */
 #pragma unroll
         for (int i = 0; i < 4; i++) {
-            const u8 *aq = act + act_code_off(kq + i);
-            const u32x4 a0 = lds16(aq), a1 = lds16(aq + 16);
+            const u8 *aq = aq0 + 32 * i;
+            const u32x4 a0 = lds16x<A>(aq), a1 = lds16x<A>(aq + 16);
             i32 S[2] = {0, 0};
 #pragma unroll
             for (int wd = 0; wd < 8; wd++) {
                 const u32 lo = (ql[8 * (i & 1) + wd] >> (i >= 2 ? 4 : 0)) & 0x0F0F0F0Fu;
                 const u32 hi = ((qh[wd] >> (2 * i)) & 0x03030303u) << 4;
                 const u32 av = word_of(wd < 4 ? a0 : a1, wd & 3);
-                S[wd >> 2] = dp4a_ss(sub32(lo | hi), av, S[wd >> 2]);
+                S[wd >> 2] = dp4a_us(lo | hi, av, S[wd >> 2]); /* codes + 32, unsigned */
             }
+            /* the - 32 of every code, once per 16: S = sum (c + 32) a - 32 sum a (exact); the
+             * first 16 activations summed here, the second 16 = the block's sum minus them */
+            i32 a_lo = 0;
+#pragma unroll
+            for (int wd = 0; wd < 4; wd++)
+                a_lo = dp4a_ss(word_of(a0, wd), 0x01010101u, a_lo);
+            const i32 a_hi = (i32)word_of(sav, i) - a_lo;
+            S[0] -= 32 * a_lo;
+            S[1] -= 32 * a_hi;
             const u32 sw = sc[i >> 1] >> (16 * (i & 1)); /* scales 2 i, 2 i + 1 of the half */
             const i32 X = (i32)(i8)(u8)sw * S[0] + (i32)(i8)(u8)(sw >> 8) * S[1];
             cA[i] = __fmul_rn(__uint_as_float(word_of(dav, i)), i2f(X));
@@ -1144,6 +1172,23 @@ MEMRA_DEV void q6k_direct(const u8 *blk, const u8 *act0, int n_in, int kq, int h
         r[c] = __fmul_rn(d, tA);
     }
 }
+
+/* A lane's 16-byte units I, I + 1, .. < N of a flat stage copy (unit i at byte 512 i of both
+ * the shared and the global base: immediate offsets, no address arithmetic per unit), the
+ * ones with 32 i < left (left = the stage's units - lane). */
+template <int I, int N> struct flat_units {
+    static __device__ __forceinline__ void copy(u32 sdst, const u8 *src, int left)
+    {
+        if (32 * I < left)
+            asm volatile("cp.async.cg.shared.global [%0+%2], [%1+%2], 16;" ::"r"(sdst), "l"(src),
+                         "n"(512 * I)
+                         : "memory");
+        flat_units<I + 1, N>::copy(sdst, src, left);
+    }
+};
+template <int N> struct flat_units<N, N> {
+    static __device__ __forceinline__ void copy(u32, const u8 *, int) {}
+};
 
 /* The ring slot of one 16-block stage (mmvq_params.h MEMRA_MMVQ_FLAT_SLOT). */
 MEMRA_DEV constexpr int dslot(int q0, int q1, int q2, int q3)
@@ -1192,6 +1237,10 @@ template <int B, int QT0, int QT1, int QT2, int QT3>
 MEMRA_DEV void direct_main(const memra_mmvq_params &p, u8 *smem)
 {
     constexpr int NST = MEMRA_MMVQ_FLAT_STAGES, SB = dslot(QT0, QT1, QT2, QT3);
+    /* 128-bit shared loads where the registers allow them: B = 1, and B = 2 single-weight
+     * launches (128 registers, MEMRA_MMVQ_MIN_BLOCKS); a multi-weight B = 2 kernel (80) would
+     * spill their register quads */
+    constexpr bool A16 = B == 1 || (B == 2 && QT1 < 0);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, b = lane >> 1, h = lane & 1;
     const int P = p.ksplit, R = p.rpw, nblk = p.n_in / 256;
     const int rounds = (nblk + 15) / 16;
@@ -1272,6 +1321,8 @@ MEMRA_DEV void direct_main(const memra_mmvq_params &p, u8 *smem)
     for (int c = 0; c < B; c++)
         T[c] = 0.0f;
     int m = 0, wi = wi0, row = row0, rk = 0, slot = 0; /* the compute cursor; rk = k / rounds */
+    /* where the row's first byte sits in its 16-byte unit (a q6_K row is 2-byte aligned) */
+    u32 mis = nst > 0 ? (u32)((u64)p.out[wi0].w + (u64)row0 * p.out[wi0].row_bytes) & 15u : 0u;
 #pragma unroll 1
     for (int k = 0; k < nst; k++) {
         cp_async_wait<NST - 1>();
@@ -1282,12 +1333,11 @@ MEMRA_DEV void direct_main(const memra_mmvq_params &p, u8 *smem)
         const u8 *slotp = ring + slot * SB;
         float rj[B];
         if (qt == 14) { /* warp-uniform: one row per stage */
-            const u8 *first = (const u8 *)p.out[wi].w + (u64)row * p.out[wi].row_bytes;
-            q6k_direct<B>(slotp + ((u64)first & 15) + 210 * b, act, p.n_in, kq, h, rj);
+            q6k_direct<B, A16>(slotp + mis + 210 * b, act, p.n_in, kq, h, rj);
         } else {
             q4k_lane w;
-            q4k_lds(w, slotp + 144 * b, h); /* past the row's end: unused bits */
-            q4k_direct<B>(w, act, p.n_in, kq, h, rj);
+            q4k_lds<A16>(w, slotp + 144 * b, h); /* past the row's end: unused bits */
+            q4k_direct<B, A16>(w, act, p.n_in, kq, h, rj);
         }
         __syncwarp();
         stage();
@@ -1305,11 +1355,17 @@ MEMRA_DEV void direct_main(const memra_mmvq_params &p, u8 *smem)
 #pragma unroll
             for (int c = 0; c < B; c++) {
                 float y = __shfl_sync(0xFFFFFFFFu, T[c], 0);
+                if (P == MEMRA_MMVQ_MAX_PARTS) { /* n_in >= 4096: every part, unpredicated */
 #pragma unroll
-                for (int q = 1; q < MEMRA_MMVQ_MAX_PARTS; q++) { /* the same order, no loop */
-                    const float v = __shfl_sync(0xFFFFFFFFu, T[c], 2 * q);
-                    if (q < P)
-                        y = __fadd_rn(y, v);
+                    for (int q = 1; q < MEMRA_MMVQ_MAX_PARTS; q++)
+                        y = __fadd_rn(y, __shfl_sync(0xFFFFFFFFu, T[c], 2 * q));
+                } else {
+#pragma unroll
+                    for (int q = 1; q < MEMRA_MMVQ_MAX_PARTS; q++) { /* the same order, no loop */
+                        const float v = __shfl_sync(0xFFFFFFFFu, T[c], 2 * q);
+                        if (q < P)
+                            y = __fadd_rn(y, v);
+                    }
                 }
                 if (lane == 0) {
                     if (swiglu)
@@ -1323,9 +1379,11 @@ MEMRA_DEV void direct_main(const memra_mmvq_params &p, u8 *smem)
         if (++m == rounds) { /* advance the compute cursor */
             m = 0;
             ++rk;
+            mis = (mis + (u32)p.out[wi].row_bytes) & 15u;
             if (++row == p.out[wi].n_out) {
                 row = 0;
                 ++wi;
+                mis = wi < p.n_w ? (u32)(u64)p.out[wi].w & 15u : 0u;
             }
         }
         slot = slot == NST - 1 ? 0 : slot + 1;
