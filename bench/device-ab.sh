@@ -14,7 +14,8 @@
 # e.g. "compute-sanitizer --tool racecheck"), PRESET (9b), BUDGET (s, default 420).
 # AB_TESTS=1 (with .carry/cudabackend carried too: scripts/device-gates.sh carry): after the
 # rounds, memra-gpu-tests and memra-gpu-backend-tests (the gates; with PRESET=0.8b that model
-# is their MEMRA_GPU_TEST_MODEL) under every variant but base, PASS / FAIL lines in the table.
+# is their MEMRA_GPU_TEST_MODEL) under every variant but base, PASS / FAIL / CUT (the budget
+# ran out: no verdict) lines in the table.
 # What comes back in $OUT: VARIANT-ROUND.txt / .jsonl per run, forge.log, ab.txt (the table),
 # VARIANT-TEST.log with AB_TESTS. Table columns: rows_differ / max|d| are memra-bench's isolation
 # check inside the run (B-wide rows against tier 1); logits compares the case's logits_xxh64
@@ -100,7 +101,9 @@ if [ -n "${AB_TESTS:-}" ]; then
       env LD_LIBRARY_PATH="$cb/lib:$LD_LIBRARY_PATH" CK_FORK=no MEMRA_NVRTC_TEMPLATES="$abdir/$v" \
         ${tmodel:+MEMRA_GPU_TEST_MODEL="$tmodel"} timeout "$left" "$cb/bin/$t" >"$out/$v-$t.log" 2>&1
       rc=$?
-      echo "$v $t: $([ $rc = 0 ] && echo PASS || echo "FAIL rc=$rc") $(grep -a 'Checks:' "$out/$v-$t.log" | tail -1)" >>"$out/ab.txt"
+      # the only limit here is what BUDGET leaves: killed by it is no verdict (CUT), not FAIL
+      case $rc in 0) res=PASS ;; 124 | 137) res="CUT rc=$rc (BUDGET ran out)" ;; *) res="FAIL rc=$rc" ;; esac
+      echo "$v $t: $res $(grep -a 'Checks:' "$out/$v-$t.log" | tail -1)" >>"$out/ab.txt"
       grep -a -E ":[FE]:" "$out/$v-$t.log" | head -5 >>"$out/ab.txt" # Check's failure lines
     done
   done
