@@ -1173,23 +1173,6 @@ MEMRA_DEV void q6k_direct(const u8 *blk, const u8 *act0, int n_in, int kq, int h
     }
 }
 
-/* A lane's 16-byte units I, I + 1, .. < N of a flat stage copy (unit i at byte 512 i of both
- * the shared and the global base: immediate offsets, no address arithmetic per unit), the
- * ones with 32 i < left (left = the stage's units - lane). */
-template <int I, int N> struct flat_units {
-    static __device__ __forceinline__ void copy(u32 sdst, const u8 *src, int left)
-    {
-        if (32 * I < left)
-            asm volatile("cp.async.cg.shared.global [%0+%2], [%1+%2], 16;" ::"r"(sdst), "l"(src),
-                         "n"(512 * I)
-                         : "memory");
-        flat_units<I + 1, N>::copy(sdst, src, left);
-    }
-};
-template <int N> struct flat_units<N, N> {
-    static __device__ __forceinline__ void copy(u32, const u8 *, int) {}
-};
-
 /* The ring slot of one 16-block stage (mmvq_params.h MEMRA_MMVQ_FLAT_SLOT). */
 MEMRA_DEV constexpr int dslot(int q0, int q1, int q2, int q3)
 {
