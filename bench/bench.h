@@ -120,7 +120,7 @@ typedef struct memra_bench_phase {
 /* A PASS/MISS line for one of the targets, when the configuration covers it. */
 typedef struct memra_bench_target {
     char name[64];
-    char detail[192];
+    char detail[320];
     int pass;
 } memra_bench_target;
 
@@ -173,7 +173,8 @@ void memra_bench_print_targets(const memra_bench_report *r, FILE *f);
  * for later). IO when a file cannot be written or gnuplot fails. */
 int memra_bench_plot(const memra_bench_report *r, const char *svg_path, const char *script_path,
                      int *rendered, memra_err *err);
-/* Fill r->targets from r->cases (called by memra_bench_run). */
+/* Fill r->targets from r->cases (called by memra_bench_run); a missed target's detail says
+ * the tick it needs and, when r->phases covers its tier at depth 1024, the largest phase. */
 void memra_bench_eval_targets(memra_bench_report *r);
 
 /* ---- pieces exposed for the tests ---- */

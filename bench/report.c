@@ -336,39 +336,102 @@ static void add_target(memra_bench_report *r, const char *name, int pass, const 
     t->pass = pass;
 }
 
+/* The eager case of (tier, depth), NULL when not run. */
+static const memra_bench_case *find_eager(const memra_bench_report *r, uint32_t tier, uint32_t depth)
+{
+    for (uint32_t i = 0; i < r->n_cases; i++)
+        if (!r->cases[i].graph && r->cases[i].tier == tier && r->cases[i].depth == depth)
+            return &r->cases[i];
+    return NULL;
+}
+
+/* "; largest phase: OP X ms marginal of a Y ms tick (Z%)" for (tier, depth) when --phases
+ * measured it there, else "": what dominates a missed target. */
+static void phase_note(const memra_bench_report *r, uint32_t tier, uint32_t depth, char *buf,
+                       size_t n)
+{
+    const memra_bench_phase *top = NULL;
+    for (uint32_t i = 0; i < r->n_phases; i++) {
+        const memra_bench_phase *p = &r->phases[i];
+        if (p->tier == tier && p->depth == depth && (!top || p->marginal_ms > top->marginal_ms))
+            top = p;
+    }
+    buf[0] = 0;
+    if (top && top->base_ms > 0)
+        snprintf(buf, n, "; largest phase: %s %.3f ms marginal of a %.3f ms tick (%.0f%%)",
+                 memra_op_get(top->op)->name, top->marginal_ms, top->base_ms,
+                 100 * top->marginal_ms / top->base_ms);
+}
+
+/* Each target line says, when it is missed, by how much (the tick it needs) and, with
+ * --phases, which op class dominates the tier it is stated at. */
 void memra_bench_eval_targets(memra_bench_report *r)
 {
     const memra_bench_case *b1 = find_case(r, 1, TARGET_DEPTH),
                            *b16 = find_case(r, 16, TARGET_DEPTH);
+    char note[128];
     r->n_targets = 0;
-    if (b1)
-        add_target(r, "B=1 bandwidth >= 70% of copy BW", b1->frac_bw >= 0.70,
-                   "%.1f%% of the copy bandwidth (target 70%%)", 100 * b1->frac_bw);
+    if (b1) {
+        const int pass = b1->frac_bw >= 0.70;
+        phase_note(r, 1, TARGET_DEPTH, note, sizeof note);
+        if (pass || b1->frac_bw <= 0)
+            add_target(r, "B=1 bandwidth >= 70% of copy BW", pass,
+                       "%.1f%% of the copy bandwidth (target 70%%)", 100 * b1->frac_bw);
+        else /* the same bytes at 70 % of the copy rate */
+            add_target(r, "B=1 bandwidth >= 70% of copy BW", 0,
+                       "%.1f%% of the copy bandwidth (target 70%%: a %.3f ms tick, %.3f ms "
+                       "less than this %.3f)%s",
+                       100 * b1->frac_bw, b1->median_ms * b1->frac_bw / 0.70,
+                       b1->median_ms * (1 - b1->frac_bw / 0.70), b1->median_ms, note);
+    }
     if (b1 && b16) {
         const double x = b1->tok_s > 0 ? b16->tok_s / b1->tok_s : 0;
         const char *name = "B=16 tok/s >= 10x B=1, rows bit-identical to tier 1";
+        /* 16 rows in the time of 1.6 B=1 ticks */
+        const double need_ms = 1.6 * b1->median_ms;
+        phase_note(r, 16, TARGET_DEPTH, note, sizeof note);
         if (b16->isolation < 0)
             add_target(r, name, 0,
                        "%.2fx B=1 (target 10x); rows NOT compared with tier 1 (%s)", x,
                        !r->opts.isolation ? "--no-isolation"
                                           : "needs synthetic histories, not --prefill decode");
+        else if (x >= 10.0)
+            add_target(r, name, b16->isolation == 1,
+                       "%.2fx B=1 (target 10x); %u of 16 rows differ from tier 1", x,
+                       b16->rows_differ);
         else
-            add_target(r, name, x >= 10.0 && b16->isolation == 1,
-                       "%.2fx B=1 (target 10x); "
-                       "%u of 16 rows differ from tier 1",
-                       x, b16->rows_differ);
+            add_target(r, name, 0,
+                       "%.2fx B=1 (target 10x: a %.3f ms B=16 tick, this one %.3f); "
+                       "%u of 16 rows differ from tier 1%s",
+                       x, need_ms, b16->median_ms, b16->rows_differ, note);
     }
-    double worst = -1;
+    const memra_bench_case *worst = NULL;
     for (uint32_t i = 0; i < r->n_cases; i++) /* the primary mode: graph replay when it ran */
         if (r->cases[i].depth == TARGET_DEPTH && r->cases[i].graph == r->cases[0].graph &&
-            r->cases[i].host_us > worst)
-            worst = r->cases[i].host_us;
-    if (worst >= 0)
-        add_target(r, "host time per tick < 10 us at every tier", worst < 10.0,
-                   "worst median %.2f us (target < 10 us)", worst);
+            (!worst || r->cases[i].host_us > worst->host_us))
+            worst = &r->cases[i];
+    if (worst && worst->host_us < 10.0)
+        add_target(r, "host time per tick < 10 us at every tier", 1,
+                   "worst median %.2f us (target < 10 us)", worst->host_us);
+    else if (worst && worst->launch_us > 0) /* CUDA: the graph launch / eager enqueue */
+        add_target(r, "host time per tick < 10 us at every tier", 0,
+                   "worst median %.2f us at B=%u (target < 10 us), %.2f us of it the "
+                   "submission",
+                   worst->host_us, worst->tier, worst->launch_us);
+    else if (worst)
+        add_target(r, "host time per tick < 10 us at every tier", 0,
+                   "worst median %.2f us at B=%u (target < 10 us)", worst->host_us, worst->tier);
     if (b1 && b1->graph && b1->eager_median_ms > 0) {
         const double x = b1->eager_median_ms / b1->median_ms;
-        add_target(r, "graph >= 1.3x eager at B=1", x >= 1.3, "%.2fx (target 1.3x)", x);
+        const memra_bench_case *e1 = find_eager(r, 1, TARGET_DEPTH);
+        if (x >= 1.3 || !e1)
+            add_target(r, "graph >= 1.3x eager at B=1", x >= 1.3, "%.2fx (target 1.3x)", x);
+        else /* eager launches only cost the tick when their submission outruns the GPU */
+            add_target(r, "graph >= 1.3x eager at B=1", 0,
+                       "%.2fx (target 1.3x); eager submits a tick in %.3f ms, %s its %.3f ms "
+                       "on the GPU",
+                       x, e1->host_us / 1000, e1->host_us / 1000 < e1->median_ms ? "under" : "over",
+                       e1->median_ms);
     }
 }
 

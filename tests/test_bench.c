@@ -351,6 +351,67 @@ START_TEST(test_bench_cpu_run)
 }
 END_TEST
 
+/* The targets from a hand-built report (the H200's session-12 numbers): a missed target says
+ * the tick it needs and what dominates; a met one says only its number. */
+static memra_bench_case target_case(uint32_t tier, int graph, double ms, double frac, double host)
+{
+    return (memra_bench_case){.tier = tier, .depth = 1024, .graph = graph, .median_ms = ms,
+                              .tok_s = tier * 1000.0 / ms, .frac_bw = frac, .host_us = host,
+                              .launch_us = host - 0.5, .isolation = 1};
+}
+
+START_TEST(test_bench_targets)
+{
+    memra_bench_report *r = calloc(1, sizeof *r);
+    ck_assert_ptr_nonnull(r);
+    r->opts.isolation = 1;
+    r->cases[r->n_cases++] = target_case(1, 1, 2.254, 0.58, 5.3);
+    r->cases[r->n_cases++] = target_case(16, 1, 7.754, 0.237, 12.5);
+    r->cases[r->n_cases++] = target_case(1, 0, 2.350, 0.556, 696.0);
+    r->cases[0].eager_median_ms = 2.350;
+    memra_bench_phase ph[3] = {
+        {.tier = 1, .depth = 1024, .op = MEMRA_OP_RMS_NORM_Q8, .base_ms = 2.25, .marginal_ms = 0.22},
+        {.tier = 1, .depth = 1024, .op = MEMRA_OP_MMVQ, .base_ms = 2.25, .marginal_ms = 1.66},
+        {.tier = 16, .depth = 8, .op = MEMRA_OP_MMVQ, .base_ms = 7.7, .marginal_ms = 5.6}};
+    r->phases = ph;
+    r->n_phases = 3;
+    memra_bench_eval_targets(r);
+    ck_assert_uint_eq(r->n_targets, 4);
+    const memra_bench_target *t = r->targets;
+    /* 58 % -> 70 %: 2.254 x 0.58 / 0.70 = 1.868 ms */
+    ck_assert(!t[0].pass);
+    ck_assert_msg(strstr(t[0].detail, "58.0% of the copy bandwidth (target 70%: a 1.868 ms tick, "
+                                      "0.386 ms less than this 2.254)"),
+                  "%s", t[0].detail);
+    ck_assert_msg(strstr(t[0].detail, "largest phase: mmvq 1.660 ms marginal of a 2.250 ms tick "
+                                      "(74%)"),
+                  "%s", t[0].detail);
+    /* 16 rows in 1.6 B=1 ticks; no phase at (16, 1024): no phase note */
+    ck_assert(!t[1].pass);
+    ck_assert_msg(strstr(t[1].detail, "4.65x B=1 (target 10x: a 3.606 ms B=16 tick, this one "
+                                      "7.754); 0 of 16 rows differ"),
+                  "%s", t[1].detail);
+    ck_assert_ptr_null(strstr(t[1].detail, "largest phase"));
+    ck_assert(!t[2].pass); /* the B=16 case's 12.5 us */
+    ck_assert_msg(strstr(t[2].detail, "worst median 12.50 us at B=16 (target < 10 us), 12.00 us"),
+                  "%s", t[2].detail);
+    ck_assert(!t[3].pass);
+    ck_assert_msg(strstr(t[3].detail, "1.04x (target 1.3x); eager submits a tick in 0.696 ms, "
+                                      "under its 2.350 ms on the GPU"),
+                  "%s", t[3].detail);
+
+    /* met targets: just the number */
+    r->cases[0].frac_bw = 0.71;
+    r->cases[1].host_us = 6.9;
+    memra_bench_eval_targets(r);
+    ck_assert(t[0].pass && t[2].pass);
+    ck_assert_str_eq(t[0].detail, "71.0% of the copy bandwidth (target 70%)");
+    ck_assert_str_eq(t[2].detail, "worst median 6.90 us (target < 10 us)");
+    r->phases = NULL;
+    memra_bench_report_free(r);
+}
+END_TEST
+
 /* ================================= synthetic history ================================= */
 
 typedef struct cpu_run {
@@ -685,6 +746,7 @@ Suite *make_bench_suite(void)
     tcase_set_timeout(tc, 300);
     tcase_add_unchecked_fixture(tc, fix_setup, fix_teardown);
     tcase_add_test(tc, test_bench_cpu_run);
+    tcase_add_test(tc, test_bench_targets);
     tcase_add_test(tc, test_bench_fill_synthetic);
     tcase_add_test(tc, test_bench_double_op);
     tcase_add_test(tc, test_bench_phases);
