@@ -229,6 +229,7 @@ static int generate_plans(bench_ctx *c, memra_err *err)
     memra_planner_opts_init(&po);
     po.model_path = c->o->model;
     po.out_dir = r->plans_dir;
+    po.plans_dir = c->o->planner_scripts; /* NULL: the source tree's plans/ */
     /* the requested tiers, and tier 1 for the isolation check */
     po.n_tiers = 1;
     po.tiers[0] = 1;
@@ -695,6 +696,9 @@ static int check_opts(const memra_bench_opts *o, memra_err *err)
         if (o->depths[i] > (1u << 22))
             return MEMRA_FAIL(err, MEMRA_ERR_INVALID_ARG, "depth %u out of range 0..%u",
                               o->depths[i], 1u << 22);
+    if (o->plans && o->planner_scripts)
+        return MEMRA_FAIL(err, MEMRA_ERR_INVALID_ARG,
+                          "--planner-scripts plans in-process; --plans names plans already made");
     return MEMRA_OK;
 }
 

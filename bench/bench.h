@@ -42,6 +42,9 @@ typedef struct memra_bench_opts {
     const char *model; /* GGUF checkpoint (required) */
     const char *plans; /* plan directory (memra-plan); NULL = plan in-process into a
                           temporary directory with exactly `tiers` (removed afterwards) */
+    const char *planner_scripts; /* with plans NULL: the Lua planner scripts to plan with
+                                    (memra-plan --plans); NULL = the source tree's plans/. A
+                                    planner variant's A/B (bench/device-ab.sh) */
     uint32_t n_tiers;
     uint32_t tiers[MEMRA_PLAN_MAX_TIERS]; /* default 1,2,4,8,16; each a manifest tier */
     uint32_t n_depths;

@@ -3,6 +3,9 @@
 #
 #   bench/device-ab.sh prepare NAME... HERE: .carry/ab/NAME/ = nvrtc_templates/ with
 #                                 bench/variants/NAME.patch applied (diff -u a/FILE b/FILE);
+#                                 a patch of .lua files is a planner variant: plans/*.lua
+#                                 patched, run as memra-bench --planner-scripts (the plans it
+#                                 makes in-process), no template change;
 #                                 then carry .carry/ab and the bench carry (device-bench.sh carry)
 #   bench/device-ab.sh VARIANT...   THERE (repository root, the bench carry carried)
 # A variant is a folder of AB_DIR (default .carry/ab) holding template files named like the
@@ -11,7 +14,8 @@
 # AB_ROUNDS times (default 2), interleaved (base a b base a b ...), so machine drift shows.
 # Env: AB_CARRY (default .carry/bench: bench/device-bench.sh carry), AB_ARGS (memra-bench
 # options, default tiers 4,8,16 at depth 1024), AB_WRAP (a command memra-bench runs under,
-# e.g. "compute-sanitizer --tool racecheck"), PRESET (9b), BUDGET (s, default 420).
+# e.g. "compute-sanitizer --tool racecheck"), PRESET (9b), BUDGET (s, default 420),
+# AB_BACKEND (cuda; cpu runs the machinery here on a small preset).
 # AB_TESTS=1 (with .carry/cudabackend carried too: scripts/device-gates.sh carry): after the
 # rounds, memra-gpu-tests and memra-gpu-backend-tests (the gates; with PRESET=0.8b that model
 # is their MEMRA_GPU_TEST_MODEL) under every variant but base, PASS / FAIL / CUT (the budget
@@ -20,7 +24,8 @@
 # VARIANT-TEST.log with AB_TESTS. Table columns: rows_differ / max|d| are memra-bench's isolation
 # check inside the run (B-wide rows against tier 1); logits compares the case's logits_xxh64
 # (the first B-wide tick's logits, all rows) with base's in the same round: `=base` means the
-# variant computed the same bits on the whole model (list base first, so it runs first).
+# variant computed the same bits on the whole model (list base first, so it runs first);
+# launches: kernel launches per tick (what a planner variant changes).
 set -u
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -29,7 +34,11 @@ if [ "${1:-}" = prepare ]; then
   shift
   for v in "$@"; do
     rm -rf ".carry/ab/$v" && mkdir -p ".carry/ab/$v"
-    cp nvrtc_templates/* ".carry/ab/$v/"
+    if grep -q '^+++ b/[^ ]*\.lua' "bench/variants/$v.patch"; then # a planner variant
+      cp plans/*.lua ".carry/ab/$v/" && echo plans >".carry/ab/$v/KIND"
+    else
+      cp nvrtc_templates/* ".carry/ab/$v/"
+    fi
     patch -s -p1 -d ".carry/ab/$v" <"bench/variants/$v.patch"
     echo ".carry/ab/$v: $(cd ".carry/ab/$v" && ls | tr '\n' ' ')"
   done
@@ -62,17 +71,23 @@ for round in $(seq 1 "${AB_ROUNDS:-2}"); do
   for v in "$@"; do
     left=$((deadline - $(date +%s)))
     [ $left -lt 20 ] && { echo "$v-$round: out of time" >>"$out/ab.txt"; continue; }
-    tpl=
-    [ "$v" != base ] && tpl=$abdir/$v
+    tpl= scripts=()
+    if [ "$v" != base ] && [ "$(cat "$abdir/$v/KIND" 2>/dev/null)" = plans ]; then
+      scripts=(--planner-scripts "$abdir/$v") # plans made by the variant's Lua planner
+    elif [ "$v" != base ]; then
+      tpl=$abdir/$v
+    fi
     # shellcheck disable=SC2086 # AB_WRAP and AB_ARGS are word lists
-    MEMRA_NVRTC_TEMPLATES=$tpl timeout "$left" ${AB_WRAP:-} "$carry/bin/memra-bench" --backend cuda -m "$model" \
-      --json "$out/$v-$round.jsonl" ${AB_ARGS:---tiers 4,8,16 --depths 1024 --ticks 50 --prefill synthetic} \
+    MEMRA_NVRTC_TEMPLATES=$tpl timeout "$left" ${AB_WRAP:-} "$carry/bin/memra-bench" --backend "${AB_BACKEND:-cuda}" -m "$model" \
+      "${scripts[@]}" --json "$out/$v-$round.jsonl" ${AB_ARGS:---tiers 4,8,16 --depths 1024 --ticks 50 --prefill synthetic} \
       >"$out/$v-$round.txt" 2>"$out/$v-$round.err"
     rc=$?
-    # one line per graph case: variant round tier median p99 rows_differ max|d| logits: the
+    # one line per case: variant round tier median p99 rows_differ max|d| logits: the
     # case's logits_xxh64 against base's in the same round (=base: the same bits; DIFF: not;
     # - for base itself, ? when base has none)
-    grep '"mode":"graph"' "$out/$v-$round.jsonl" 2>/dev/null | while read -r line; do
+    mode=graph # the primary mode: graph replay, eager where there is none (AB_BACKEND=cpu)
+    grep -q '"mode":"graph"' "$out/$v-$round.jsonl" 2>/dev/null || mode=eager
+    grep "\"mode\":\"$mode\"" "$out/$v-$round.jsonl" 2>/dev/null | while read -r line; do
       tier=$(field "$line" tier)
       hash=$(printf '%s' "$line" | sed -nE 's/.*"logits_xxh64":"([0-9a-f]+)".*/\1/p')
       echo "$tier ${hash:-none}" >>"$out/$v-$round.hash"
@@ -81,9 +96,9 @@ for round in $(seq 1 "${AB_ROUNDS:-2}"); do
       elif [ -z "$hash" ] || [ -z "$ref" ] || [ "$ref" = none ]; then same=?
       elif [ "$hash" = "$ref" ]; then same==base
       else same=DIFF; fi
-      printf '%-10s %5s %4s %10s %10s %6s %9s %7s\n' "$v" "$round" "$tier" \
+      printf '%-10s %5s %4s %10s %10s %6s %9s %7s %8s\n' "$v" "$round" "$tier" \
         "$(field "$line" median_ms)" "$(field "$line" p99_ms)" "$(field "$line" rows_differ)" \
-        "$(field "$line" max_abs_diff)" "$same"
+        "$(field "$line" max_abs_diff)" "$same" "$(field "$line" launches)"
     done >>"$out/ab.txt"
     [ $rc != 0 ] && { echo "$v-$round: memra-bench rc=$rc"; tail -3 "$out/$v-$round.err"; } >>"$out/ab.txt"
   done
@@ -94,6 +109,10 @@ if [ -n "${AB_TESTS:-}" ]; then
   [ "$preset" = 0.8b ] && tmodel=$model
   for v in "$@"; do
     [ "$v" = base ] && continue
+    if [ "$(cat "$abdir/$v/KIND" 2>/dev/null)" = plans ]; then # the tests plan with plans/
+      echo "$v tests: n/a (a planner variant: its logits column is the check)" >>"$out/ab.txt"
+      continue
+    fi
     for t in memra-gpu-tests memra-gpu-backend-tests; do
       left=$((deadline - $(date +%s)))
       [ $left -lt 20 ] && { echo "$v $t: out of time" >>"$out/ab.txt"; continue; }
@@ -109,5 +128,5 @@ if [ -n "${AB_TESTS:-}" ]; then
   done
 fi
 grep -h -m1 "copy BW" "$out"/*-1.txt | head -1
-printf '%-10s %5s %4s %10s %10s %6s %9s %7s\n' variant round B median_ms p99_ms rows_differ 'max|d|' logits
+printf '%-10s %5s %4s %10s %10s %6s %9s %7s %8s\n' variant round B median_ms p99_ms rows_differ 'max|d|' logits launches
 sort -k3,3n -k1,1 -s "$out/ab.txt"

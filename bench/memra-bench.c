@@ -2,7 +2,8 @@
  * memra-bench — decode-tick benchmark over real plans on a real backend (bench/bench.h says
  * what is measured and how).
  *
- *   memra-bench -m MODEL [--plans DIR] [--tiers 1,2,4,8,16] [--depths 0,1024,8192,32768]
+ *   memra-bench -m MODEL [--plans DIR | --planner-scripts DIR] [--tiers 1,2,4,8,16]
+ *               [--depths 0,1024,8192,32768]
  *               [--ticks N] [--warmup N] [--no-graph] [--no-fusion] [--phases] [--json FILE]
  *               [--plot FILE.svg] [--backend cuda|cpu] [--device N] [--seed N]
  *               [--prefill synthetic|decode] [--no-isolation] [--copy-mib N]
@@ -23,7 +24,8 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: memra-bench -m MODEL [--plans DIR] [--tiers 1,2,4,8,16]\n"
+    fprintf(f, "usage: memra-bench -m MODEL [--plans DIR | --planner-scripts DIR]\n"
+               "                   [--tiers 1,2,4,8,16]\n"
                "                   [--depths 0,1024,8192,32768] [--ticks N] [--warmup N]\n"
                "                   [--no-graph] [--no-fusion] [--phases] [--json FILE]\n"
                "                   [--plot FILE.svg]\n"
@@ -69,6 +71,8 @@ static int parse_opt(const char *a, const char *v, memra_bench_opts *o)
         o->model = v;
     else if (!strcmp(a, "--plans"))
         o->plans = v;
+    else if (!strcmp(a, "--planner-scripts"))
+        o->planner_scripts = v;
     else if (!strcmp(a, "--tiers") &&
              (n = memra_bench_parse_list(v, o->tiers, MEMRA_PLAN_MAX_TIERS, MEMRA_PLAN_MAX_B)) > 0)
         o->n_tiers = (uint32_t)n;

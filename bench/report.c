@@ -63,8 +63,13 @@ void memra_bench_print_header(const memra_bench_report *r, FILE *f)
             r->file_bytes >= 1e9 ? r->file_bytes / 1e9 : r->file_bytes / 1e6,
             r->file_bytes >= 1e9 ? "GB" : "MB", (double)r->n_params,
             r->preset[0] ? ", forge preset " : "", r->preset);
-    fprintf(f, "  plans     %s%s, %u stage(s), KV %s\n", r->plans_dir,
-            r->plans_generated ? " (planned in-process, removed after the run)" : "", r->n_stages,
+    char how[600] = "";
+    if (r->plans_generated && o->planner_scripts)
+        snprintf(how, sizeof how, " (planned in-process by the scripts in %s, removed after the run)",
+                 o->planner_scripts);
+    else if (r->plans_generated)
+        snprintf(how, sizeof how, " (planned in-process, removed after the run)");
+    fprintf(f, "  plans     %s%s, %u stage(s), KV %s\n", r->plans_dir, how, r->n_stages,
             r->kv_dtype);
     fprintf(f, "  backend   %s on %s\n", r->backend, r->device);
     fprintf(f,
@@ -186,6 +191,8 @@ static json_t *config_json(const memra_bench_report *r)
     json_object_set_new(j, "n_vocab", json_integer(r->n_vocab));
     json_object_set_new(j, "plans", json_string(r->plans_dir));
     json_object_set_new(j, "plans_generated", json_boolean(r->plans_generated));
+    json_object_set_new(j, "planner_scripts",
+                        r->opts.planner_scripts ? json_string(r->opts.planner_scripts) : json_null());
     json_object_set_new(j, "n_stages", json_integer(r->n_stages));
     json_object_set_new(j, "kv", json_string(r->kv_dtype));
     json_object_set_new(j, "backend", json_string(r->backend));

@@ -412,6 +412,107 @@ START_TEST(test_bench_targets)
 }
 END_TEST
 
+/* A copy of the source tree's planner scripts with `from` replaced by `to` (exactly once) in
+ * FILE, into a fresh directory (dir: its path; the caller removes it). */
+static void scripts_variant(char *dir, size_t n, const char *file, const char *from, const char *to)
+{
+    tu_tmp_path(dir, n, "-scripts");
+    ck_assert_int_eq(mkdir(dir, 0700), 0);
+    const char *src = tu_source_path("plans");
+    DIR *d = opendir(src);
+    ck_assert_ptr_nonnull(d);
+    struct dirent *e;
+    int patched = 0;
+    while ((e = readdir(d)) != NULL) {
+        const size_t len = strlen(e->d_name);
+        if (len < 5 || strcmp(e->d_name + len - 4, ".lua") != 0)
+            continue;
+        char in[1024], out[1024];
+        snprintf(in, sizeof in, "%s/%s", src, e->d_name);
+        snprintf(out, sizeof out, "%s/%s", dir, e->d_name);
+        FILE *f = fopen(in, "rb");
+        ck_assert_ptr_nonnull(f);
+        static char text[1 << 18];
+        const size_t got = fread(text, 1, sizeof text - 1, f);
+        fclose(f);
+        ck_assert_uint_lt(got, sizeof text - 1);
+        text[got] = 0;
+        FILE *g = fopen(out, "wb");
+        ck_assert_ptr_nonnull(g);
+        const char *at = strcmp(e->d_name, file) == 0 ? strstr(text, from) : NULL;
+        if (at) {
+            ck_assert_ptr_null(strstr(at + 1, from)); /* exactly once */
+            fwrite(text, 1, (size_t)(at - text), g);
+            fputs(to, g);
+            fputs(at + strlen(from), g);
+            patched = 1;
+        } else {
+            fwrite(text, 1, got, g);
+        }
+        ck_assert_int_eq(fclose(g), 0);
+    }
+    closedir(d);
+    ck_assert_msg(patched, "%s: '%s' not found (plans/%s changed: update this test)", file, from,
+                  file);
+}
+
+/* --planner-scripts plans with another copy of the Lua planner (how bench/device-ab.sh runs a
+ * planner variant). The variant here gives every mat-vec weight a launch of its own instead of
+ * packing up to 4: more launches, and the same logits bits, because each output's summation
+ * order is the canonical one whatever launch it sits in (kernels/mmvq.h). */
+START_TEST(test_bench_planner_scripts)
+{
+    char dir[512];
+    scripts_variant(dir, sizeof dir, "dsl.lua", "        for s = 0, 3 do\n",
+                    "        for s = 0, 0 do\n");
+    memra_bench_opts o;
+    one_case_opts(&o, 2, 8);
+    o.plans = NULL; /* plan in-process */
+    memra_bench_report *a = bench_ok(&o);
+    o.planner_scripts = dir;
+    memra_bench_report *b = bench_ok(&o);
+    ck_assert(a->plans_generated && b->plans_generated);
+    const memra_bench_case *x = &a->cases[0], *y = &b->cases[0];
+    ck_assert_msg(y->launches > x->launches, "launches %u with one weight per mmvq, %u packed",
+                  y->launches, x->launches);
+    ck_assert(x->has_logits_xxh64 && y->has_logits_xxh64);
+    ck_assert_msg(x->logits_xxh64 == y->logits_xxh64, "logits %016llx packed, %016llx split",
+                  (unsigned long long)x->logits_xxh64, (unsigned long long)y->logits_xxh64);
+    ck_assert_uint_eq(y->rows_differ, 0);
+    /* the header and the config line name the scripts */
+    char txt[512];
+    tu_tmp_path(txt, sizeof txt, ".txt");
+    FILE *f = fopen(txt, "w+");
+    memra_bench_print_header(b, f);
+    rewind(f);
+    char buf[4096];
+    buf[fread(buf, 1, sizeof buf - 1, f)] = 0;
+    fclose(f);
+    unlink(txt);
+    ck_assert_ptr_nonnull(strstr(buf, "planned in-process by the scripts in"));
+    ck_assert_ptr_nonnull(strstr(buf, dir));
+    memra_bench_report_free(a);
+    memra_bench_report_free(b);
+
+    /* with --plans (plans already made) the scripts would be ignored: refused */
+    o.plans = g_plans;
+    memra_err err;
+    memra_err_clear(&err);
+    memra_bench_report *r = NULL;
+    ck_assert_int_eq(memra_bench_run(&o, &r, &err), MEMRA_ERR_INVALID_ARG);
+    ck_assert_msg(strstr(err.msg, "--planner-scripts") != NULL, "%s", err.msg);
+    ck_assert_ptr_null(r);
+    /* scripts that are not there: the planner's error, not a crash */
+    o.plans = NULL;
+    o.planner_scripts = "/nonexistent/planner/scripts";
+    memra_err_clear(&err);
+    ck_assert_int_ne(memra_bench_run(&o, &r, &err), MEMRA_OK);
+    ck_assert_msg(strstr(err.msg, "/nonexistent/planner/scripts") != NULL, "%s", err.msg);
+    ck_assert_ptr_null(r);
+    memra_planner_remove_dir(dir);
+}
+END_TEST
+
 /* ================================= synthetic history ================================= */
 
 typedef struct cpu_run {
@@ -747,6 +848,7 @@ Suite *make_bench_suite(void)
     tcase_add_unchecked_fixture(tc, fix_setup, fix_teardown);
     tcase_add_test(tc, test_bench_cpu_run);
     tcase_add_test(tc, test_bench_targets);
+    tcase_add_test(tc, test_bench_planner_scripts);
     tcase_add_test(tc, test_bench_fill_synthetic);
     tcase_add_test(tc, test_bench_double_op);
     tcase_add_test(tc, test_bench_phases);
