@@ -59,6 +59,7 @@ if [ -n "$src" ] && [ "$src" != "$root" ] && [ ! -e "$src" ]; then
 fi
 export XDG_CACHE_HOME=/tmp/memra-cache-ab
 field() { printf '%s' "$1" | sed -nE "s/.*\"$2\":([^,}]*).*/\1/p"; } # a JSON line's number
+planner_variant() { [ "$1" != base ] && [ "$(cat "$abdir/$1/KIND" 2>/dev/null)" = plans ]; } # prepare's mark
 deadline=$(($(date +%s) + ${BUDGET:-420}))
 preset=${PRESET:-9b}
 model=/tmp/memra-$preset.gguf
@@ -72,7 +73,7 @@ for round in $(seq 1 "${AB_ROUNDS:-2}"); do
     left=$((deadline - $(date +%s)))
     [ $left -lt 20 ] && { echo "$v-$round: out of time" >>"$out/ab.txt"; continue; }
     tpl= scripts=()
-    if [ "$v" != base ] && [ "$(cat "$abdir/$v/KIND" 2>/dev/null)" = plans ]; then
+    if planner_variant "$v"; then
       scripts=(--planner-scripts "$abdir/$v") # plans made by the variant's Lua planner
     elif [ "$v" != base ]; then
       tpl=$abdir/$v
@@ -109,7 +110,7 @@ if [ -n "${AB_TESTS:-}" ]; then
   [ "$preset" = 0.8b ] && tmodel=$model
   for v in "$@"; do
     [ "$v" = base ] && continue
-    if [ "$(cat "$abdir/$v/KIND" 2>/dev/null)" = plans ]; then # the tests plan with plans/
+    if planner_variant "$v"; then # the tests plan with plans/
       echo "$v tests: n/a (a planner variant: its logits column is the check)" >>"$out/ab.txt"
       continue
     fi

@@ -199,6 +199,13 @@ MEMRA_DEV void cp_async16(void *smem, const void *gmem, u32 bytes)
                  : "memory");
 }
 
+/* The same for a whole 16-byte unit, to a shared address already converted (a loop over a
+ * stage's units converts its base once). */
+MEMRA_DEV void cp_async16_s(u32 sdst, const void *gmem)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sdst), "l"(gmem) : "memory");
+}
+
 MEMRA_DEV void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 
 template <int N> MEMRA_DEV void cp_async_wait()

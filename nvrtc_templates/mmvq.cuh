@@ -1267,10 +1267,7 @@ MEMRA_DEV void direct_main(const memra_mmvq_params &p, u8 *smem)
 #pragma unroll
                 for (int i = 0; i < (SB + 511) / 512; i++)
                     if (lane + 32 * i < units)
-                        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(
-                                         sdst + 512 * i),
-                                     "l"(s16 + 512 * i)
-                                     : "memory");
+                        cp_async16_s(sdst + 512 * i, s16 + 512 * i);
             } else {
 #pragma unroll
                 for (int i = 0; i < (SB + 511) / 512; i++) {

@@ -97,6 +97,37 @@ static void one_case_opts(memra_bench_opts *o, uint32_t tier, uint32_t depth)
     o->depths[0] = depth;
 }
 
+/* small_opts at tiers 1, 2 and depths 0, depth. */
+static void two_by_two_opts(memra_bench_opts *o, uint32_t depth)
+{
+    small_opts(o);
+    o->n_tiers = 2;
+    o->tiers[0] = 1;
+    o->tiers[1] = 2;
+    o->n_depths = 2;
+    o->depths[0] = 0;
+    o->depths[1] = depth;
+}
+
+/* The report as memra-bench prints it (the header; with full, the table and the targets too)
+ * into buf [n]. */
+static void report_text(const memra_bench_report *r, int full, char *buf, size_t n)
+{
+    char txt[512];
+    tu_tmp_path(txt, sizeof txt, ".txt");
+    FILE *f = fopen(txt, "w+");
+    ck_assert_ptr_nonnull(f);
+    memra_bench_print_header(r, f);
+    if (full) {
+        memra_bench_print_table(r, f);
+        memra_bench_print_targets(r, f);
+    }
+    rewind(f);
+    buf[fread(buf, 1, n - 1, f)] = 0;
+    fclose(f);
+    unlink(txt);
+}
+
 static memra_bench_report *bench_ok(const memra_bench_opts *o)
 {
     ck_assert_msg(g_ok, "fixture (forge + planner) failed; see stderr");
@@ -306,13 +337,7 @@ static void check_plot(const memra_bench_report *r)
 START_TEST(test_bench_cpu_run)
 {
     memra_bench_opts o;
-    small_opts(&o);
-    o.n_tiers = 2;
-    o.tiers[0] = 1;
-    o.tiers[1] = 2;
-    o.n_depths = 2;
-    o.depths[0] = 0;
-    o.depths[1] = 1024;
+    two_by_two_opts(&o, 1024);
     o.norm_release = 1 << 2 | 1 << 16; /* a CUDA scheduling option: reported, no effect here */
     memra_bench_report *r = bench_ok(&o);
     ck_assert_int_eq(r->n_cases, 4);
@@ -332,17 +357,8 @@ START_TEST(test_bench_cpu_run)
     ck_assert_int_eq(n_target, 2);
     ck_assert(!r->targets[0].pass && !r->targets[1].pass);
 
-    char txt[512];
-    tu_tmp_path(txt, sizeof txt, ".txt");
-    FILE *f = fopen(txt, "w+");
-    memra_bench_print_header(r, f);
-    memra_bench_print_table(r, f);
-    memra_bench_print_targets(r, f);
-    rewind(f);
     char buf[16384];
-    buf[fread(buf, 1, sizeof buf - 1, f)] = 0;
-    fclose(f);
-    unlink(txt);
+    report_text(r, 1, buf, sizeof buf);
     ck_assert_ptr_nonnull(strstr(buf, g_model));
     ck_assert_ptr_nonnull(strstr(buf, "--tiers 1,2 --depths 0,1024 --ticks 3"));
     ck_assert_ptr_nonnull(strstr(buf, "MISS  B=1 bandwidth"));
@@ -480,15 +496,8 @@ START_TEST(test_bench_planner_scripts)
                   (unsigned long long)x->logits_xxh64, (unsigned long long)y->logits_xxh64);
     ck_assert_uint_eq(y->rows_differ, 0);
     /* the header and the config line name the scripts */
-    char txt[512];
-    tu_tmp_path(txt, sizeof txt, ".txt");
-    FILE *f = fopen(txt, "w+");
-    memra_bench_print_header(b, f);
-    rewind(f);
     char buf[4096];
-    buf[fread(buf, 1, sizeof buf - 1, f)] = 0;
-    fclose(f);
-    unlink(txt);
+    report_text(b, 0, buf, sizeof buf);
     ck_assert_ptr_nonnull(strstr(buf, "planned in-process by the scripts in"));
     ck_assert_ptr_nonnull(strstr(buf, dir));
     memra_bench_report_free(a);
@@ -690,14 +699,8 @@ END_TEST
 START_TEST(test_bench_logits_hash)
 {
     memra_bench_opts o;
-    small_opts(&o);
+    two_by_two_opts(&o, 40);
     o.plans = g_plans;
-    o.n_tiers = 2;
-    o.tiers[0] = 1;
-    o.tiers[1] = 2;
-    o.n_depths = 2;
-    o.depths[0] = 0;
-    o.depths[1] = 40;
     memra_bench_report *a = bench_ok(&o), *b = bench_ok(&o);
     o.seed = 7;
     memra_bench_report *c = bench_ok(&o);
