@@ -744,14 +744,15 @@ static void block_attention(const memra_ref_model *m, memra_ref_seq *s, const re
     matvec(m, s, &ly->attn_q, 0, &h, s->qg); /* 1. [q_0|gate_0|q_1|gate_1|…] */
     matvec(m, s, &ly->attn_k, 0, &h, s->k);  /* 2. */
     matvec(m, s, &ly->attn_v, 0, &h, s->v);
-    for (int64_t i = 0; i < Hq; i++) { /* 3-4. per-head norm + RoPE; the gate stays raw */
+    /* 3-4. per-head norm (attn_prep's 128-lane order) + RoPE; the gate stays raw */
+    for (int64_t i = 0; i < Hq; i++) {
         float *qi = s->q + i * dh;
-        memra_ref_rms_norm(qi, s->qg + 2 * dh * i, ly->attn_q_norm, dh, hp->eps);
+        memra_attn_head_norm(s->qg + 2 * dh * i, ly->attn_q_norm, qi, (int32_t)dh, hp->eps);
         memra_ref_rope(qi, hp->n_rot, hp->rope_sections, s->pos, hp->freq_base, hp->freq_scale);
     }
     for (int64_t j = 0; j < Hkv; j++) {
         float *kj = s->k + j * dh;
-        memra_ref_rms_norm(kj, kj, ly->attn_k_norm, dh, hp->eps);
+        memra_attn_head_norm(kj, ly->attn_k_norm, kj, (int32_t)dh, hp->eps); /* y may alias x */
         memra_ref_rope(kj, hp->n_rot, hp->rope_sections, s->pos, hp->freq_base, hp->freq_scale);
     }
     /* 5. append to the f16 cache at slot pos */
