@@ -9,6 +9,11 @@
 #                           ncu --profile-from-start off --clock-control none.
 # What comes back in $OUT: ncu.csv (one row per kernel, the metrics below), ncu.log. A digest
 # (time, DRAM %, issue-active %, occupancy, the top stall reasons) prints last.
+# NCU_SOURCE=1 instead profiles the shapes of NCU_SHAPES (name prefixes, default
+# "lm_head,ffn_gate_up") at B = NCU_B (default 16) with the SourceCounters and WarpStateStats
+# sections (PC sampling per SASS instruction) into src.ncu-rep, exports the source page as
+# source.csv and prints bench/analysis/ncu_source.py's digest: stall samples by instruction
+# class and opcode, and the instructions with the most.
 set -u
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -19,6 +24,19 @@ export LD_LIBRARY_PATH=$carry/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_L
 export XDG_CACHE_HOME=${XDG_CACHE_HOME:-/tmp/memra-cache}
 ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -n 1)
 [ -n "$ncu" ] || { echo "device-ncu: no ncu on this machine"; exit 1; }
+if [ "${NCU_SOURCE:-0}" = 1 ]; then
+  MEMRA_GPU_PROFILE=1 MEMRA_GPU_PROFILE_B=${NCU_B:-16} \
+    MEMRA_GPU_PROFILE_SHAPES=${NCU_SHAPES:-lm_head,ffn_gate_up} MEMRA_GPU_TYPES=q4_0 \
+    MEMRA_GPU_QUICK=1 CK_FORK=no timeout "${NCU_LIMIT:-300}" "$ncu" --profile-from-start off \
+    --clock-control none --section SourceCounters --section WarpStateStats --import-source no \
+    -f -o "$out/src" "$carry/bin/memra-gpu-tests" >"$out/ncu.log" 2>&1
+  echo "ncu rc=$? (source counters)"
+  grep -hE "==PROF==|==ERROR==|==WARNING==|profiled:" "$out/ncu.log" | head -n 8
+  "$ncu" -i "$out/src.ncu-rep" --page source --csv --print-source sass >"$out/source.csv" 2>>"$out/ncu.log"
+  echo "source page rc=$? ($(wc -l <"$out/source.csv") lines)"
+  python3 bench/analysis/ncu_source.py "$out/source.csv" --top "${NCU_TOP:-30}"
+  exit 0
+fi
 stalls="long_scoreboard short_scoreboard barrier wait math_pipe_throttle lg_throttle mio_throttle not_selected selected no_instruction dispatch_stall drain membar sleeping branch_resolving tex_throttle imc_miss"
 m="gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum"
 m="$m,sm__throughput.avg.pct_of_peak_sustained_elapsed,smsp__issue_active.avg.pct_of_peak_sustained_active"

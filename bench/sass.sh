@@ -13,7 +13,9 @@
 # the cache keys, e.g. 'mmvq:*b=16*', 'attn_decode:*') selects kernels, default all.
 # The disassembler comes from PyPI (nvidia-cuda-cuobjdump and -nvdisasm, CUDA 13) into .tools/
 # the first time, unless cuobjdump is on PATH. Env: SASS_KEEP=DIR keeps the cache (cubins) in DIR;
-# SASS_MIN (default 40) hides loops shorter than that.
+# SASS_MIN (default 40) hides loops shorter than that. AGAINST=DIR compiles the same plans
+# with DIR's templates too and prints, per kernel, whether its SASS is the same (exit status 1
+# when any differs): whether a template change touched kernels it should leave alone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -55,5 +57,13 @@ cache=${SASS_KEEP:-$work/cache}
 "$plan" -m "$model" -o "$work/plans" --tiers "$tiers" -q --precompile sm_90 --cache-dir "$cache" \
   --jobs "$(nproc)" >"$work/plan.log" 2>&1 || { cat "$work/plan.log" >&2; exit 1; }
 echo "# $(basename "$model"), tiers $tiers, templates ${TPL:-embedded}; cuobjdump $("$cuobjdump" --version | tail -1)"
-python3 bench/analysis/sass_loops.py --cuobjdump "$cuobjdump" --min "${SASS_MIN:-40}" "$cache" \
-  ${globs[@]+"${globs[@]}"}
+against=()
+if [ -n "${AGAINST:-}" ]; then
+  MEMRA_NVRTC_TEMPLATES=$(cd "$AGAINST" && pwd) "$plan" -m "$model" -o "$work/plans2" --tiers "$tiers" \
+    -q --precompile sm_90 --cache-dir "$work/cache2" --jobs "$(nproc)" >"$work/plan2.log" 2>&1 ||
+    { cat "$work/plan2.log" >&2; exit 1; }
+  against=(--against "$work/cache2")
+  echo "# against the templates of $AGAINST"
+fi
+python3 bench/analysis/sass_loops.py --cuobjdump "$cuobjdump" --min "${SASS_MIN:-40}" \
+  ${against[@]+"${against[@]}"} "$cache" ${globs[@]+"${globs[@]}"}

@@ -22,6 +22,7 @@ for f in engine G=32 G=256; do
 done
 echo "memra-act-eval on tiny: $(grep -c '^act_eval format=' "$tmp/act.txt") formats"
 python3 bench/analysis/sass_loops.py --self-test # bench/sass.sh's SASS parser
+python3 bench/analysis/ncu_source.py --self-test # device-ncu.sh NCU_SOURCE=1's digest
 if [ -f cmake/nvrtc.cmake ] && command -v nvcc >/dev/null 2>&1; then
   cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
   cmake --build build -j "$(nproc)" --target test_nvrtc

@@ -11,7 +11,9 @@ two template versions of the same kernel (bench/sass.sh A/B), ncu for executed c
 
 CACHE_DIR is an engine kernel cache (runtime/nvrtc.c: magic[8] | u64 src_hash | u64 size |
 u64 xxh64 | u32 key_len | key | cubin), e.g. what `memra-plan --precompile sm_90 --cache-dir`
-wrote; KEY_GLOB (fnmatch, e.g. 'mmvq:*b=16*') selects kernels. --min N hides loops shorter
+wrote; KEY_GLOB (fnmatch, e.g. 'mmvq:*b=16*') selects kernels. --against CACHE2 instead
+compares every kernel with the same key in CACHE2 (another template set): "same SASS" or the
+instruction count and mix of each side. --min N hides loops shorter
 than N instructions (default 40). `--self-test` checks the parser on a built-in listing.
 """
 import argparse
@@ -122,32 +124,65 @@ def self_test():
     print("sass_loops self-test: ok")
 
 
+def kernels_of(cache, globs):
+    """{key: cubin} of the cache's kernels whose keys match one of globs (all without)."""
+    out = {}
+    for f in sorted(glob.glob(os.path.join(cache, "*.cubin"))):
+        kc = read_cache(f)
+        if kc and (not globs or any(fnmatch.fnmatchcase(kc[0], g) for g in globs)):
+            out[kc[0]] = kc[1]
+    return out
+
+
+def disassemble(cuobjdump, tmp, key, cubin):
+    """(instructions, registers / stack / shared) of one cubin."""
+    path = os.path.join(tmp, "k.cubin")
+    open(path, "wb").write(cubin)
+    sass = subprocess.run([cuobjdump, "-sass", path], capture_output=True, text=True)
+    if sass.returncode:
+        sys.exit(f"sass_loops: {cuobjdump} -sass failed on {key}: {sass.stderr.strip()}")
+    return parse(sass.stdout), resources(cuobjdump, path)
+
+
+def compare(a, kernels, tmp):
+    """Every kernel against the same key of a.against: 0 when all have the same SASS."""
+    other = kernels_of(a.against, None)
+    differ = 0
+    for key in sorted(kernels):
+        if key not in other:
+            print(f"{key}: not in {a.against}")
+            continue
+        (x, rx), (y, ry) = (disassemble(a.cuobjdump, tmp, key, c) for c in (kernels[key], other[key]))
+        if [t for _, _, t in x] == [t for _, _, t in y] and rx == ry:
+            print(f"{key}: same SASS ({len(x)} instructions)")
+            continue
+        differ += 1
+        (nx, cx), (ny, cy) = mix(x, 0, 1 << 40), mix(y, 0, 1 << 40)
+        print(f"{key}: DIFFERS: {nx} instructions, {rx[0]} registers here, {ny}, {ry[0]} there; "
+              + ", ".join(f"{c} {cx[c]}/{cy[c]}" for c, _ in CLASSES if cx[c] != cy[c]))
+    print(f"{len(kernels) - differ} of {len(kernels)} kernels with the same SASS on both sides")
+    return 1 if differ else 0
+
+
 def main():
     if sys.argv[1:] == ["--self-test"]:
         return self_test()
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cuobjdump", default="cuobjdump")
     ap.add_argument("--min", type=int, default=40, help="hide loops shorter than this")
+    ap.add_argument("--against", help="another cache: compare each kernel's SASS with it")
     ap.add_argument("cache")
     ap.add_argument("globs", nargs="*")
     a = ap.parse_args()
-    kernels = []
-    for f in sorted(glob.glob(os.path.join(a.cache, "*.cubin"))):
-        kc = read_cache(f)
-        if kc and (not a.globs or any(fnmatch.fnmatchcase(kc[0], g) for g in a.globs)):
-            kernels.append(kc)
+    kernels = kernels_of(a.cache, a.globs)
     if not kernels:
         sys.exit(f"sass_loops: no kernel of {a.cache} matches {a.globs or '*'}")
     hdr = "".join(f"{n:>9}" for n, _ in CLASSES)
     with tempfile.TemporaryDirectory() as tmp:
-        for key, cubin in sorted(kernels):
-            path = os.path.join(tmp, "k.cubin")
-            open(path, "wb").write(cubin)
-            sass = subprocess.run([a.cuobjdump, "-sass", path], capture_output=True, text=True)
-            if sass.returncode:
-                sys.exit(f"sass_loops: {a.cuobjdump} -sass failed on {key}: {sass.stderr.strip()}")
-            ins = parse(sass.stdout)
-            reg, stack, shared = resources(a.cuobjdump, path)
+        if a.against:
+            return compare(a, kernels, tmp)
+        for key, cubin in sorted(kernels.items()):
+            ins, (reg, stack, shared) = disassemble(a.cuobjdump, tmp, key, cubin)
             n, cols = mix(ins, 0, 1 << 40)
             print(f"{key}: {n} instructions, {reg} registers, stack {stack} B, static shared "
                   f"{shared} B, spill instructions {cols['spill']}")
@@ -159,4 +194,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1163,17 +1163,39 @@ static double bench_copy(CUstream st, CUdeviceptr dst, CUdeviceptr src, size_t b
 
 /* MEMRA_GPU_PROFILE=1 (bench/device-ncu.sh): each bench shape once at B = 1, 4, 16, plainly
  * launched (no graph, no PDL) between cuProfilerStart and cuProfilerStop, for
- * `ncu --profile-from-start off`: 3 kernels per shape, weights at the start of the buffer. */
+ * `ncu --profile-from-start off`: 3 kernels per shape, weights at the start of the buffer.
+ * MEMRA_GPU_PROFILE_B=16 keeps one B (any of 1..16), MEMRA_GPU_PROFILE_SHAPES="lm_head,ffn_gate"
+ * the shapes whose names start with one of the comma-separated prefixes (the source-level
+ * profile of NCU_SOURCE=1, which costs a replay per section and kernel). */
+/* Whether name starts with one of the comma-separated prefixes of list. */
+static int name_in_list(const char *name, const char *list)
+{
+    for (const char *p = list; *p;) {
+        const size_t n = strcspn(p, ",");
+        if (n > 0 && strncmp(name, p, n) == 0)
+            return 1;
+        p += n + (p[n] == ',');
+    }
+    return 0;
+}
+
 static void bench_profile(CUdeviceptr da, CUdeviceptr dy, CUdeviceptr wbuf, size_t cap)
 {
     void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
     CUresult (*start)(void) = lib ? (CUresult(*)(void))dlsym(lib, "cuProfilerStart") : NULL;
     CUresult (*stop)(void) = lib ? (CUresult(*)(void))dlsym(lib, "cuProfilerStop") : NULL;
     ck_assert_msg(start && stop, "no cuProfilerStart / cuProfilerStop in libcuda.so.1");
-    static const int Bs[] = {1, 4, 16};
+    int Bs[] = {1, 4, 16}, nb = 3;
+    const char *only_b = getenv("MEMRA_GPU_PROFILE_B"), *shapes = getenv("MEMRA_GPU_PROFILE_SHAPES");
+    if (only_b && *only_b) {
+        Bs[0] = atoi(only_b), nb = 1;
+        ck_assert_msg(Bs[0] >= 1 && Bs[0] <= 16, "MEMRA_GPU_PROFILE_B=%s not in 1..16", only_b);
+    }
     ck_assert_int_eq(start(), CUDA_SUCCESS);
     for (int si = 0; si < N_SHAPES; si++)
-        for (int bi = 0; bi < 3; bi++) {
+        for (int bi = 0; bi < nb; bi++) {
+            if (shapes && *shapes && !name_in_list(k_shapes[si].name, shapes))
+                continue;
             memra_mmvq_args a = shape_args(&k_shapes[si], Bs[bi], wbuf, cap, 0, da, dy);
             mmvq_run(&a, 0, NULL);
             CU_OK(cuCtxSynchronize());
