@@ -135,6 +135,14 @@ typedef struct memra_mmvq_params {
  * q4_K: 55 KB, 3 CUDA blocks per SM up to n_in = 12288; with q6_K 81 KB, 2). */
 #define MEMRA_MMVQ_DIRECT_SMEM(n_in, has_q6k, b)                                                  \
     ((b) * MEMRA_MMVQ_ACT_BYTES(n_in) + MEMRA_MMVQ_FLAT_RING(has_q6k))
+/* At B = 1, at most this many rows per warp. One wave gives an LM head (248 320 q6_K rows,
+ * 2 CUDA blocks per SM) 118 rows per warp and 210-214 us; 16 rows per warp (7.3 waves of
+ * shorter streams) measured 204.9-205.7 us and 8 rows 205.6-207.4 in the PDL-chained
+ * bandwidth table (bench/results/mmvq-bandwidth-2026-12-04-s12.txt and -2026-12-05-s16.txt,
+ * "direct path at B=1 by rows per warp"). Only launches of more than 16 x one wave's warps
+ * (~34 k rows of q6_K, ~51 k of q4_K at n_in 4096 on 132 SMs) meet the cap. B = 2 is
+ * unmeasured and keeps one wave. */
+#define MEMRA_MMVQ_DIRECT_MAX_RPW_B1 16
 /* The largest n_in it takes at b rows (90 KB of staged rows in all + 81 KB of q6_K rings =
  * 171 KB); larger rows take the staged path (b > 1) or are refused (b = 1). */
 #define MEMRA_MMVQ_DIRECT_MAX_IN(b) (65536 / (b))

@@ -910,7 +910,9 @@ int memra_mmvq_prepare(const memra_mmvq_args *args, int sm, int n_sm, int ksplit
     if (direct && args->n_in <= max_in) {
         /* rows per warp: the fewest that run the launch in one wave of the CUDA blocks an SM
          * holds (shared memory bound: 3 for q4_K up to n_in = 12288 at B = 1), i.e. the longest
-         * contiguous stream per warp with no second wave; a speed choice only */
+         * contiguous stream per warp with no second wave, and at B = 1 at most
+         * MEMRA_MMVQ_DIRECT_MAX_RPW_B1 (an LM head: more waves measured faster); a speed
+         * choice only */
         out->q6k = mmvq_spec_q6k(&spec);
         /* + 1 KB the driver reserves per CUDA block, of an SM's 228 KB */
         const long smem = MEMRA_MMVQ_DIRECT_SMEM(args->n_in, out->q6k, args->b) + 1024;
@@ -918,7 +920,10 @@ int memra_mmvq_prepare(const memra_mmvq_args *args, int sm, int n_sm, int ksplit
         per_sm = per_sm < 1 ? 1 : per_sm > 8 ? 8 : per_sm;
         const long cap = per_sm * MEMRA_MMVQ_WARPS * (n_sm > 0 ? n_sm : 132);
         const long rows = mmvq_rows(out);
-        mmvq_set_rpw(out, rows, (int)((rows + cap - 1) / cap));
+        long rpw = (rows + cap - 1) / cap;
+        if (args->b == 1 && rpw > MEMRA_MMVQ_DIRECT_MAX_RPW_B1)
+            rpw = MEMRA_MMVQ_DIRECT_MAX_RPW_B1;
+        mmvq_set_rpw(out, rows, (int)rpw);
         return MEMRA_OK;
     }
     out->grid = (unsigned)((tiles * ks + MEMRA_MMVQ_WARPS - 1) / MEMRA_MMVQ_WARPS);

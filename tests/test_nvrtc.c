@@ -215,14 +215,27 @@ START_TEST(test_mmvq_prepare)
     /* 3 CUDA blocks per SM: 3 168 warps hold 4 096 rows at 2 per warp: 2 048 warps */
     ck_assert_int_eq(l.params.rpw, 2);
     ck_assert_uint_eq(l.grid, 256);
-    /* 248 320 rows (an lm_head): 79 per warp, 3 144 warps */
+    /* 248 320 rows (an lm_head): one wave would be 79 per warp (3 144 warps); B = 1 caps it at
+     * MEMRA_MMVQ_DIRECT_MAX_RPW_B1 = 16: 15 520 warps, 1 940 CUDA blocks; as q6_K the same (2
+     * CUDA blocks per SM: one wave would be 118). Below the cap nothing changes: 50 688 rows is
+     * exactly 16 per warp in one wave of q4_K's 3 168 warps, one row more is still 16 (was 17),
+     * 47 520 is 15. B = 2 keeps one wave (unmeasured there). */
+    static const struct {
+        int qt, rows, b, rpw, grid; /* grid 0: not checked */
+    } cap[] = {{MEMRA_QT_Q4_K, 248320, 1, 16, 1940}, {MEMRA_QT_Q6_K, 248320, 1, 16, 1940},
+               {MEMRA_QT_Q4_K, 50688, 1, 16, 396},   {MEMRA_QT_Q4_K, 50689, 1, 16, 0},
+               {MEMRA_QT_Q4_K, 47520, 1, 15, 396},   {MEMRA_QT_Q4_K, 248320, 2, 79, 0}};
+    for (size_t i = 0; i < sizeof cap / sizeof cap[0]; i++) {
+        few = mmvq_args(cap[i].qt, 4096, cap[i].rows, cap[i].b);
+        ck_assert_int_eq(memra_mmvq_prepare(&few, 90, 132, 0, &l, &e), MEMRA_OK);
+        ck_assert_msg(l.params.rpw == cap[i].rpw &&
+                          (!cap[i].grid || l.grid == (unsigned)cap[i].grid),
+                      "case %zu: rpw %d grid %u", i, l.params.rpw, l.grid);
+    }
     few = mmvq_args(MEMRA_QT_Q4_K, 4096, 248320, 1);
-    ck_assert_int_eq(memra_mmvq_prepare(&few, 90, 132, 0, &l, &e), MEMRA_OK);
-    ck_assert_int_eq(l.params.rpw, 79);
-    ck_assert_uint_eq(l.grid, 393);
-    /* one SM: 24 warps; a forced split keeps the rows */
+    /* one SM: 24 warps, capped at 16 rows each; a forced split keeps the rows */
     ck_assert_int_eq(memra_mmvq_prepare(&few, 90, 1, 0, &l, &e), MEMRA_OK);
-    ck_assert_int_eq(l.params.rpw, 10347);
+    ck_assert_int_eq(l.params.rpw, 16);
     ck_assert_int_eq(memra_mmvq_force_rpw(&l, 1, &e), MEMRA_OK);
     ck_assert_int_eq(l.params.rpw, 1);
     ck_assert_uint_eq(l.grid, 248320 / 8);
