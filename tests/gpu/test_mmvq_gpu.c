@@ -1213,29 +1213,35 @@ static void bench_direct_table(const graph_api *ga, CUstream st, double copy_gbs
                                CUdeviceptr wbuf, size_t cap, CUdeviceptr da, CUdeviceptr dy,
                                CUevent e0, CUevent e1)
 {
-    static const int rpws[] = {0, 1, 2, 4, 8, 16};
-    printf("TABLE|direct path at B=1 by rows per warp (us per launch, %% copy)\n");
-    printf("TABLE|%-34s %7s %9s %8s %8s %8s %8s %8s %8s\n", "shape", "MB", "floor_us", "auto",
-           "rpw=1", "rpw=2", "rpw=4", "rpw=8", "rpw=16");
-    for (int si = 0; si < N_SHAPES; si++) {
-        const bench_shape *sh = &k_shapes[si];
-        int direct = 1;
-        for (int i = 0; i < sh->n_w; i++)
-            direct &= memra_mmvq_direct(sh->qt[i]);
-        if (!direct)
-            continue;
-        const double mb = (double)shape_bytes(sh) / 1e6;
-        char us_line[160] = "", pct_line[160] = "";
-        int ul = 0, pl = 0;
-        for (int c = 0; c < 6; c++) {
-            const double us = bench_shape_us(ga, st, sh, 1, rpws[c], wbuf, cap, da, dy, e0, e1);
-            ul += snprintf(us_line + ul, sizeof us_line - ul, " %8.1f", us);
-            pl += snprintf(pct_line + pl, sizeof pct_line - pl, " %7.0f%%",
-                           100.0 * mb * 1e6 / (us * 1e-6) / 1e9 / copy_gbs);
+    /* auto: runtime/nvrtc.c's choice (one wave; at B = 1 at most MEMRA_MMVQ_DIRECT_MAX_RPW_B1) */
+    enum { N_RPW = 7 };
+    static const int rpws[N_RPW] = {0, 1, 2, 4, 8, 16, 32};
+    for (int b = 1; b <= MEMRA_MMVQ_DIRECT_MAX_B; b++) {
+        printf("TABLE|direct path at B=%d by rows per warp (us per launch, %% copy)\n", b);
+        printf("TABLE|%-34s %7s %9s %8s", "shape", "MB", "floor_us", "auto");
+        for (int c = 1; c < N_RPW; c++)
+            printf("   rpw=%-2d", rpws[c]);
+        printf("\n");
+        for (int si = 0; si < N_SHAPES; si++) {
+            const bench_shape *sh = &k_shapes[si];
+            int direct = 1;
+            for (int i = 0; i < sh->n_w; i++)
+                direct &= memra_mmvq_direct(sh->qt[i]);
+            if (!direct)
+                continue;
+            const double mb = (double)shape_bytes(sh) / 1e6;
+            char us_line[192] = "", pct_line[192] = "";
+            int ul = 0, pl = 0;
+            for (int c = 0; c < N_RPW; c++) {
+                const double us = bench_shape_us(ga, st, sh, b, rpws[c], wbuf, cap, da, dy, e0, e1);
+                ul += snprintf(us_line + ul, sizeof us_line - ul, " %8.1f", us);
+                pl += snprintf(pct_line + pl, sizeof pct_line - pl, " %7.0f%%",
+                               100.0 * mb * 1e6 / (us * 1e-6) / 1e9 / copy_gbs);
+            }
+            printf("TABLE|%-34s %7.1f %9.2f%s\n", sh->name, mb, mb * 1e6 / (copy_gbs * 1e9) * 1e6,
+                   us_line);
+            printf("TABLE|%-34s %7s %9s%s\n", "", "", "  % copy", pct_line);
         }
-        printf("TABLE|%-34s %7.1f %9.2f%s\n", sh->name, mb, mb * 1e6 / (copy_gbs * 1e9) * 1e6,
-               us_line);
-        printf("TABLE|%-34s %7s %9s%s\n", "", "", "  % copy", pct_line);
     }
 }
 
