@@ -13,7 +13,7 @@
 # "lm_head,ffn_gate_up") at B = NCU_B (default 16) with the SourceCounters and WarpStateStats
 # sections (PC sampling per SASS instruction) into src.ncu-rep, exports the source page as
 # source.csv and prints bench/analysis/ncu_source.py's digest: stall samples by instruction
-# class and opcode, and the instructions with the most.
+# class, opcode and stall reason, and the instructions with the most.
 set -u
 cd "$(dirname "$0")/.."
 root=$PWD
