@@ -511,16 +511,23 @@ static int env_on(const char *name)
 
 static int quick(void) { return env_on("MEMRA_GPU_QUICK"); }
 
+/* Whether an item of the comma-separated list equals name (prefix: is a prefix of name). */
+static int in_list(const char *list, const char *name, int prefix)
+{
+    const size_t len = strlen(name);
+    for (const char *p = list; *p;) {
+        const size_t n = strcspn(p, ",");
+        if (n > 0 && (prefix ? n <= len : n == len) && strncmp(name, p, n) == 0)
+            return 1;
+        p += n + (p[n] == ',');
+    }
+    return 0;
+}
+
 static int type_selected(const char *name)
 {
     const char *list = getenv("MEMRA_GPU_TYPES");
-    if (!list || !*list)
-        return 1;
-    const size_t n = strlen(name);
-    for (const char *p = list; (p = strstr(p, name)); p += n)
-        if ((p == list || p[-1] == ',') && (p[n] == ',' || p[n] == '\0'))
-            return 1;
-    return 0;
+    return !list || !*list || in_list(list, name, 0);
 }
 
 START_TEST(test_mmvq_qtype)
@@ -1167,18 +1174,6 @@ static double bench_copy(CUstream st, CUdeviceptr dst, CUdeviceptr src, size_t b
  * MEMRA_GPU_PROFILE_B=16 keeps one B (any of 1..16), MEMRA_GPU_PROFILE_SHAPES="lm_head,ffn_gate"
  * the shapes whose names start with one of the comma-separated prefixes (the source-level
  * profile of NCU_SOURCE=1, which costs a replay per section and kernel). */
-/* Whether name starts with one of the comma-separated prefixes of list. */
-static int name_in_list(const char *name, const char *list)
-{
-    for (const char *p = list; *p;) {
-        const size_t n = strcspn(p, ",");
-        if (n > 0 && strncmp(name, p, n) == 0)
-            return 1;
-        p += n + (p[n] == ',');
-    }
-    return 0;
-}
-
 static void bench_profile(CUdeviceptr da, CUdeviceptr dy, CUdeviceptr wbuf, size_t cap)
 {
     void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
@@ -1194,7 +1189,7 @@ static void bench_profile(CUdeviceptr da, CUdeviceptr dy, CUdeviceptr wbuf, size
     ck_assert_int_eq(start(), CUDA_SUCCESS);
     for (int si = 0; si < N_SHAPES; si++)
         for (int bi = 0; bi < nb; bi++) {
-            if (shapes && *shapes && !name_in_list(k_shapes[si].name, shapes))
+            if (shapes && *shapes && !in_list(shapes, k_shapes[si].name, 1))
                 continue;
             memra_mmvq_args a = shape_args(&k_shapes[si], Bs[bi], wbuf, cap, 0, da, dy);
             mmvq_run(&a, 0, NULL);
