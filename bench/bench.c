@@ -48,6 +48,7 @@ void memra_bench_opts_init(memra_bench_opts *o)
     o->graphs = 1;
     o->isolation = 1;
     o->norm_release = -1;
+    o->attn_split_ctas = MEMRA_BENCH_UNSET;
     o->synthetic = 1;
     o->backend = bench_be_available(MEMRA_BENCH_CUDA) ? MEMRA_BENCH_CUDA : MEMRA_BENCH_CPU;
     o->seed = 1;
@@ -546,10 +547,13 @@ fail:
 static int eng_open(bench_ctx *c, bench_eng *e, const char *plan_dir, int graphs, memra_err *err)
 {
     int rc;
-    const bench_be_opts bo = {
-        .n_slots = c->max_tier, .n_ctx = c->r->n_ctx, .graphs = graphs,
-        .no_fusion = c->o->no_fusion, .norm_release = c->o->norm_release,
-        .device = c->o->device};
+    const bench_be_opts bo = {.n_slots = c->max_tier,
+                              .n_ctx = c->r->n_ctx,
+                              .graphs = graphs,
+                              .no_fusion = c->o->no_fusion,
+                              .norm_release = c->o->norm_release,
+                              .attn_split_ctas = c->o->attn_split_ctas,
+                              .device = c->o->device};
     const double t0 = now_ms();
     MEMRA_TRY(bench_be_open(&e->be, c->o->backend, plan_dir, c->g, &bo, err));
     if (c->r->open_ms == 0) {

@@ -38,6 +38,9 @@ typedef enum memra_bench_backend {
     MEMRA_BENCH_CUDA = 1,
 } memra_bench_backend;
 
+/* An integer option left to the backend's default. */
+#define MEMRA_BENCH_UNSET (-1000)
+
 typedef struct memra_bench_opts {
     const char *model; /* GGUF checkpoint (required) */
     const char *plans; /* plan directory (memra-plan); NULL = plan in-process into a
@@ -57,6 +60,9 @@ typedef struct memra_bench_opts {
                                     fold, memra_cuda_opts.fuse = 0): the A/B of the fold */
     int norm_release;            /* -1 (default): the backend's default; else a bit mask of tiers
                                     (bit b: tier b) for memra_cuda_opts.norm_release_tiers */
+    int attn_split_ctas;         /* MEMRA_BENCH_UNSET (default): the backend's default; else
+                                    memra_cuda_opts.attn_split_ctas (0 one CTA per split, N, or
+                                    -1 auto): attention's split grid, an A/B of scheduling */
     int isolation;               /* 1 (default): check rows of every B > 1 tick against tier 1 */
     int synthetic;               /* 1 (default): start each case from a synthetic history at its
                                     depth; 0: reach the depth with real decode ticks (slow at depth;

@@ -63,6 +63,8 @@ int bench_be_open(bench_be *b, memra_bench_backend kind, const char *plan_dir, c
     uo.fuse = !o->no_fusion;
     if (o->norm_release >= 0)
         uo.norm_release_tiers = (uint32_t)o->norm_release;
+    if (o->attn_split_ctas != MEMRA_BENCH_UNSET)
+        uo.attn_split_ctas = o->attn_split_ctas;
     uo.device = o->device;
     rc = memra_cuda_backend_open(plan_dir, g, &uo, &b->cuda, err);
     if (rc == MEMRA_OK) {

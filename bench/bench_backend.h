@@ -37,6 +37,7 @@ typedef struct bench_be_opts {
     int graphs; /* CUDA: capture graphs (1) or launch eagerly (0) */
     int no_fusion; /* CUDA: opts.fuse = 0 (every plan launch a kernel launch) */
     int norm_release; /* CUDA: -1 the default, else opts.norm_release_tiers */
+    int attn_split_ctas; /* CUDA: MEMRA_BENCH_UNSET the default, else opts.attn_split_ctas */
     int device;
 } bench_be_opts;
 

@@ -7,7 +7,8 @@
  *               [--ticks N] [--warmup N] [--no-graph] [--no-fusion] [--phases] [--json FILE]
  *               [--plot FILE.svg] [--backend cuda|cpu] [--device N] [--seed N]
  *               [--prefill synthetic|decode] [--no-isolation] [--copy-mib N]
- *               [--copy-reps N] [--norm-release TIERS|none] [-q]
+ *               [--copy-reps N] [--norm-release TIERS|none]
+ *               [--attn-split-ctas N|max|auto] [-q]
  *
  * Prints the configuration header, the human table, the JSON lines (also to --json FILE)
  * and the PASS/MISS lines of the targets the configuration covers; progress goes to stderr
@@ -32,7 +33,7 @@ static void usage(FILE *f)
                "                   [--backend cuda|cpu] [--device N] [--seed N]\n"
                "                   [--prefill synthetic|decode] [--no-isolation]\n"
                "                   [--copy-mib N] [--copy-reps N] [--norm-release TIERS|none]\n"
-               "                   [-q]\n");
+               "                   [--attn-split-ctas N|max|auto] [-q]\n");
 }
 
 static int parse_u32(const char *s, uint32_t max, uint32_t *out)
@@ -106,7 +107,11 @@ static int parse_opt(const char *a, const char *v, memra_bench_opts *o)
         o->norm_release = 0;
         for (int i = 0; i < n; i++)
             o->norm_release |= 1 << list[i];
-    } else
+    } else if (!strcmp(a, "--attn-split-ctas") && (!strcmp(v, "max") || !strcmp(v, "auto")))
+        o->attn_split_ctas = !strcmp(v, "max") ? 0 : -1;
+    else if (!strcmp(a, "--attn-split-ctas") && !parse_u32(v, 65535, &u) && u)
+        o->attn_split_ctas = (int)u;
+    else
         return -1;
     return 0;
 }

@@ -31,6 +31,16 @@ static void list_str(const uint32_t *v, uint32_t n, char *buf, size_t len)
         k += (size_t)snprintf(buf + k, len - k, "%s%u", i ? "," : "", v[i]);
 }
 
+/* --attn-split-ctas' value as the option reads it: max, auto or the count. */
+static const char *attn_split_ctas_str(int v)
+{
+    static char buf[16];
+    if (v <= 0)
+        return v == 0 ? "max" : "auto";
+    snprintf(buf, sizeof buf, "%d", v);
+    return buf;
+}
+
 /* The tiers of --norm-release's mask (bit b: tier b) into out [MEMRA_PLAN_MAX_B]; their count. */
 static uint32_t norm_release_tiers(int mask, uint32_t *out)
 {
@@ -44,7 +54,7 @@ static uint32_t norm_release_tiers(int mask, uint32_t *out)
 void memra_bench_print_header(const memra_bench_report *r, FILE *f)
 {
     const memra_bench_opts *o = &r->opts;
-    char tiers[96], depths[160], norm_release[120] = "";
+    char tiers[96], depths[160], norm_release[120] = "", attn_ctas[48] = "";
     list_str(o->tiers, o->n_tiers, tiers, sizeof tiers);
     list_str(o->depths, o->n_depths, depths, sizeof depths);
     if (o->norm_release == 0)
@@ -55,6 +65,9 @@ void memra_bench_print_header(const memra_bench_report *r, FILE *f)
         list_str(nr, norm_release_tiers(o->norm_release, nr), list, sizeof list);
         snprintf(norm_release, sizeof norm_release, " --norm-release %s", list);
     }
+    if (o->attn_split_ctas != MEMRA_BENCH_UNSET)
+        snprintf(attn_ctas, sizeof attn_ctas, " --attn-split-ctas %s",
+                 attn_split_ctas_str(o->attn_split_ctas));
     fprintf(f, "memra-bench\n");
     fprintf(f,
             "  model     %s: \"%s\", %s, %u layers, n_embd %u, n_vocab %u, %s, %.3g %s "
@@ -73,11 +86,11 @@ void memra_bench_print_header(const memra_bench_report *r, FILE *f)
             r->kv_dtype);
     fprintf(f, "  backend   %s on %s\n", r->backend, r->device);
     fprintf(f,
-            "  options   --tiers %s --depths %s --ticks %u --warmup %u%s%s%s%s --seed %llu "
+            "  options   --tiers %s --depths %s --ticks %u --warmup %u%s%s%s%s%s --seed %llu "
             "--prefill %s%s --copy-mib %u --copy-reps %u\n",
             tiers, depths, o->ticks, o->warmup, o->graphs ? "" : " --no-graph",
-            o->no_fusion ? " --no-fusion" : "", norm_release, o->phases ? " --phases" : "",
-            (unsigned long long)o->seed,
+            o->no_fusion ? " --no-fusion" : "", norm_release, attn_ctas,
+            o->phases ? " --phases" : "", (unsigned long long)o->seed,
             o->synthetic ? "synthetic" : "decode", o->isolation ? "" : " --no-isolation",
             o->copy_mib, o->copy_reps);
     fprintf(f, "  engine    n_ctx %u, %u slots, opened in %.0f ms%s\n", r->n_ctx, r->n_slots,
@@ -208,6 +221,9 @@ static json_t *config_json(const memra_bench_report *r)
         json_object_set_new(j, "norm_release_tiers",
                             u32_array(nr, norm_release_tiers(o->norm_release, nr)));
     }
+    if (o->attn_split_ctas != MEMRA_BENCH_UNSET) /* absent: the backend default (max) */
+        json_object_set_new(j, "attn_split_ctas",
+                            json_string(attn_split_ctas_str(o->attn_split_ctas)));
     json_object_set_new(j, "phases", json_boolean(o->phases));
     json_object_set_new(j, "isolation", json_boolean(o->isolation));
     json_object_set_new(j, "prefill", json_string(o->synthetic ? "synthetic" : "decode"));

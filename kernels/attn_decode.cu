@@ -5,22 +5,24 @@
  * the header writes down; any change of an order here changes the header and the reference.
  *
  * Two kernels, one launch each, both capturable and independent of the context length:
- *  1. attn_split: one CTA (MEMRA_ATTN_WARPS = 4 warps) per (split s, kv head j, row b). The
- *     row's length len = positions[b] + 1, read on the device, fixes its split count and
- *     split length (memra_attn_nsplit / memra_attn_split_keys); CTAs with s >= nsplit exit
- *     at once. The CTA handles ALL q heads of kv head j (GQA group, in chunks of HG <= 8
- *     heads), so each K/V byte is read once per group. Inside, warp w takes key batches
- *     w, w + 4, ... of KPW * U keys; a key is read by LPK = head_dim / (8 * VPL) lanes with
- *     16-byte loads (f16: 8 halves; q8_0: 8 codes + the block scale), each lane holding its
- *     8 * VPL dims of q and of the output accumulator in registers. Scores: per-lane fmaf
- *     partial dot, the xor butterfly over the LPK lanes, times scale. Online softmax per
- *     batch; the batch's HG * (U + 1) exps (memra_x_expf, f64 inside) are spread over the
- *     key's LPK lanes and broadcast by shuffle, so the f64 work stays off the critical
- *     path. Lane subgroups merge by butterfly (symmetric formula, so both partners hold the
- *     same bits), warps 0..3 in order (weights computed once per head, in shared memory).
- *     The partial (o unnormalised, m, l) goes to scratch [b][i][s][head_dim + 2]; an empty
- *     split writes l = 0. head_dim not in {64, 128, 256, 512} uses a scalar kernel of the
- *     same order with U = 1, KPW = 1 (one key per warp, dims strided over lanes).
+ *  1. attn_split: CTAs (MEMRA_ATTN_WARPS = 4 warps) of (x, kv head j, row b), x taking the
+ *     splits s = x, x + gridDim.x, ... of row b (gridDim.x: split_ctas, by default max_split,
+ *     so one split each). The row's length len = positions[b] + 1, read on the device, fixes
+ *     its split count and split length (memra_attn_nsplit / memra_attn_split_keys); a CTA
+ *     whose x >= nsplit exits at once. Per split, the CTA handles ALL q heads of kv head j
+ *     (GQA group, in chunks of HG <= 8 heads), so each K/V byte is read once per group.
+ *     Inside, warp w takes key batches w, w + 4, ... of KPW * U keys; a key is read by
+ *     LPK = head_dim / (8 * VPL) lanes with 16-byte loads (f16: 8 halves; q8_0: 8 codes +
+ *     the block scale), each lane holding its 8 * VPL dims of q and of the output
+ *     accumulator in registers. Scores: per-lane fmaf partial dot, the xor butterfly over
+ *     the LPK lanes, times scale. Online softmax per batch; the batch's HG * (U + 1) exps
+ *     (memra_x_expf, f64 inside) are spread over the key's LPK lanes and broadcast by
+ *     shuffle, so the f64 work stays off the critical path. Lane subgroups merge by
+ *     butterfly (symmetric formula, so both partners hold the same bits), warps 0..3 in
+ *     order (weights computed once per head, in shared memory). The partial
+ *     (o unnormalised, m, l) goes to scratch [b][i][s][head_dim + 2]; an empty split writes
+ *     l = 0. head_dim not in {64, 128, 256, 512} uses a scalar kernel of the same order with
+ *     U = 1, KPW = 1 (one key per warp, dims strided over lanes), always one CTA per split.
  *  2. attn_combine: one warp per q8_1 output block; each lane merges its element's partials
  *     in increasing s (split weights computed once per warp and shuffled when the block
  *     lies in one head), then out = O * (1 / L) * memra_x_sigmoidf(gate) and the shared
@@ -33,6 +35,8 @@
  * (--fmad=false; every fmaf is explicit and mirrored by the reference).
  */
 #include <cuda_fp16.h>
+
+#include <atomic>
 
 #include "cuda_common.cuh"
 #include "cuda_ops.h"
@@ -310,86 +314,88 @@ __global__ void __launch_bounds__(kWarps * 32) attn_split_fast(memra_attn_decode
     using C = split_cfg<DH, HG>;
     __shared__ float sm_o[kWarps][HG][DH];
     __shared__ float sm_m[kWarps][HG], sm_l[kWarps][HG], sm_w[kWarps][HG], sm_M[HG];
-    const int s = blockIdx.x, j = blockIdx.y, b = blockIdx.z;
+    const int j = blockIdx.y, b = blockIdx.z;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, sub = lane / C::LPK, sl = lane % C::LPK;
     pdl_wait_release();
     const int len = row_len(a, b);
     const int nsplit = len ? row_nsplit(len, a.max_split) : 0;
-    if (s >= nsplit) {
-        return;
-    }
-    const int per = split_keys(len, nsplit), t0 = s * per, t1 = min(len, t0 + per);
-    const u64 tstride = (u64)a.n_head_kv * g.hb;
-    const u8 *kb = (const u8 *)(uintptr_t)a.k_cache[b] + (u64)j * g.hb;
-    const u8 *vb = (const u8 *)(uintptr_t)a.v_cache[b] + (u64)j * g.hb;
-    for (int g0 = 0; g0 < g.group; g0 += HG) {
-        float q[HG][C::NE], m[HG], l[HG], o[HG][C::NE];
-#pragma unroll
-        for (int h = 0; h < HG; h++) {
-            const int i = j * g.group + g0 + h;
-            const float *qi = a.q + ((size_t)b * (size_t)a.n_head + (size_t)i) * DH;
-            m[h] = -INFINITY;
-            l[h] = 0.0f;
-#pragma unroll
-            for (int e = 0; e < C::NE; e++) {
-                q[h][e] = g0 + h < g.group ? qi[8 * (sl + C::LPK * (e / 8)) + e % 8] : 0.0f;
-                o[h][e] = 0.0f;
-            }
-        }
-        split_scan<DH, HG, KV, A8>(a, kb, vb, tstride, t0, t1, q, m, l, o);
-#pragma unroll
-        for (int off = C::LPK; off < 32; off <<= 1)
+    /* splits x, x + gridDim.x, ... of the row (split_ctas): the same partials whichever CTA
+     * computes a split; every pass ends in a CTA barrier, so the shared arrays are free */
+#pragma unroll 1
+    for (int s = blockIdx.x; s < nsplit; s += gridDim.x) {
+        const int per = split_keys(len, nsplit), t0 = s * per, t1 = min(len, t0 + per);
+        const u64 tstride = (u64)a.n_head_kv * g.hb;
+        const u8 *kb = (const u8 *)(uintptr_t)a.k_cache[b] + (u64)j * g.hb;
+        const u8 *vb = (const u8 *)(uintptr_t)a.v_cache[b] + (u64)j * g.hb;
+        for (int g0 = 0; g0 < g.group; g0 += HG) {
+            float q[HG][C::NE], m[HG], l[HG], o[HG][C::NE];
 #pragma unroll
             for (int h = 0; h < HG; h++) {
-                float o2[C::NE];
+                const int i = j * g.group + g0 + h;
+                const float *qi = a.q + ((size_t)b * (size_t)a.n_head + (size_t)i) * DH;
+                m[h] = -INFINITY;
+                l[h] = 0.0f;
 #pragma unroll
-                for (int e = 0; e < C::NE; e++)
-                    o2[e] = __shfl_xor_sync(FULL_MASK, o[h][e], off);
-                const float m2 = __shfl_xor_sync(FULL_MASK, m[h], off);
-                const float l2 = __shfl_xor_sync(FULL_MASK, l[h], off);
-                merge_acc<C::NE>(m[h], l[h], o[h], m2, l2, o2);
-            }
-        if (sub == 0) {
-#pragma unroll
-            for (int h = 0; h < HG; h++) {
-#pragma unroll
-                for (int e = 0; e < C::NE; e++)
-                    sm_o[warp][h][8 * (sl + C::LPK * (e / 8)) + e % 8] = o[h][e];
-                if (sl == 0) {
-                    sm_m[warp][h] = m[h];
-                    sm_l[warp][h] = l[h];
+                for (int e = 0; e < C::NE; e++) {
+                    q[h][e] = g0 + h < g.group ? qi[8 * (sl + C::LPK * (e / 8)) + e % 8] : 0.0f;
+                    o[h][e] = 0.0f;
                 }
             }
-        }
-        __syncthreads();
-        if (threadIdx.x < HG) { /* the warp weights of head h, once */
-            const int h = threadIdx.x;
-            float M = -INFINITY;
-            for (int w = 0; w < kWarps; w++)
-                M = fmaxf(M, sm_m[w][h]);
-            for (int w = 0; w < kWarps; w++)
-                sm_w[w][h] = merge_w(sm_m[w][h], M);
-            sm_M[h] = M;
-        }
-        __syncthreads();
-        for (int idx = threadIdx.x; idx < HG * DH; idx += kWarps * 32) {
-            const int h = idx / DH, d = idx % DH;
-            if (g0 + h >= g.group)
-                continue;
-            float L = 0.0f, O = 0.0f;
-            for (int w = 0; w < kWarps; w++) {
-                const float wt = sm_w[w][h];
-                L = __fadd_rn(L, __fmul_rn(sm_l[w][h], wt));
-                O = __fadd_rn(O, __fmul_rn(sm_o[w][h][d], wt));
+            split_scan<DH, HG, KV, A8>(a, kb, vb, tstride, t0, t1, q, m, l, o);
+#pragma unroll
+            for (int off = C::LPK; off < 32; off <<= 1)
+#pragma unroll
+                for (int h = 0; h < HG; h++) {
+                    float o2[C::NE];
+#pragma unroll
+                    for (int e = 0; e < C::NE; e++)
+                        o2[e] = __shfl_xor_sync(FULL_MASK, o[h][e], off);
+                    const float m2 = __shfl_xor_sync(FULL_MASK, m[h], off);
+                    const float l2 = __shfl_xor_sync(FULL_MASK, l[h], off);
+                    merge_acc<C::NE>(m[h], l[h], o[h], m2, l2, o2);
+                }
+            if (sub == 0) {
+#pragma unroll
+                for (int h = 0; h < HG; h++) {
+#pragma unroll
+                    for (int e = 0; e < C::NE; e++)
+                        sm_o[warp][h][8 * (sl + C::LPK * (e / 8)) + e % 8] = o[h][e];
+                    if (sl == 0) {
+                        sm_m[warp][h] = m[h];
+                        sm_l[warp][h] = l[h];
+                    }
+                }
             }
-            float *part = partial(a, g, b, j * g.group + g0 + h, s);
-            part[d] = O;
-            if (d == 0) {
-                part[DH] = sm_M[h];
-                part[DH + 1] = L;
+            __syncthreads();
+            if (threadIdx.x < HG) { /* the warp weights of head h, once */
+                const int h = threadIdx.x;
+                float M = -INFINITY;
+                for (int w = 0; w < kWarps; w++)
+                    M = fmaxf(M, sm_m[w][h]);
+                for (int w = 0; w < kWarps; w++)
+                    sm_w[w][h] = merge_w(sm_m[w][h], M);
+                sm_M[h] = M;
             }
+            __syncthreads();
+            for (int idx = threadIdx.x; idx < HG * DH; idx += kWarps * 32) {
+                const int h = idx / DH, d = idx % DH;
+                if (g0 + h >= g.group)
+                    continue;
+                float L = 0.0f, O = 0.0f;
+                for (int w = 0; w < kWarps; w++) {
+                    const float wt = sm_w[w][h];
+                    L = __fadd_rn(L, __fmul_rn(sm_l[w][h], wt));
+                    O = __fadd_rn(O, __fmul_rn(sm_o[w][h][d], wt));
+                }
+                float *part = partial(a, g, b, j * g.group + g0 + h, s);
+                part[d] = O;
+                if (d == 0) {
+                    part[DH] = sm_M[h];
+                    part[DH + 1] = L;
+                }
+            }
+            __syncthreads();
         }
-        __syncthreads();
     }
 }
 
@@ -570,38 +576,69 @@ __global__ void __launch_bounds__(kCombineWarps * 32) attn_combine(memra_attn_de
 
 /* ------------------------------------- launch ---------------------------------------- */
 
+using split_kernel = void (*)(memra_attn_decode_args, attn_geom);
+
+/* Launches split kernel K on split_ctas CTAs per (kv head, row) along x (the header's
+ * encoding; 0 = max_split). AUTO: the most that keep every CTA of the grid resident at once
+ * (K's occupancy x the SM count over n_head_kv * b, at least 1, at most max_split), so no
+ * CTA waits for a slot only to find its split empty: with one CTA per split up to max_split,
+ * a row of len keys leaves max_split - ceil(len / 64) of its CTAs nothing to do (at the 9b's
+ * depth 1024, 112 of 128), and at b = 16 that grid is 15 waves of 4 CTAs per SM. */
+template <split_kernel K>
+cudaError_t launch_split_kernel(const memra_attn_decode_args *a, const attn_geom &g, cudaStream_t s)
+{
+    static std::atomic<int> occupancy{0}; /* K's CTAs per SM, queried once */
+    int x = a->split_ctas > 0 && a->split_ctas < a->max_split ? a->split_ctas : a->max_split;
+    if (a->split_ctas == MEMRA_ATTN_SPLIT_CTAS_AUTO) {
+        int per_sm = occupancy.load(std::memory_order_relaxed);
+        if (per_sm == 0) {
+            if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, K, kWarps * 32, 0) !=
+                    cudaSuccess ||
+                per_sm < 1)
+                per_sm = 1;
+            occupancy.store(per_sm, std::memory_order_relaxed);
+        }
+        const long fit = (long)per_sm * memra_cuda_sm_count() / ((long)a->n_head_kv * a->b);
+        x = fit < 1 ? 1 : fit < a->max_split ? (int)fit : a->max_split;
+    }
+    const dim3 grid((unsigned)x, (unsigned)a->n_head_kv, (unsigned)a->b);
+    return cuda_ops_launch(K, grid, dim3(kWarps * 32), 0, s, 1, *a, g);
+}
+
 template <int DH, int KV>
-cudaError_t launch_fast(const memra_attn_decode_args *a, const attn_geom &g, dim3 grid, cudaStream_t s)
+cudaError_t launch_fast(const memra_attn_decode_args *a, const attn_geom &g, cudaStream_t s)
 {
     constexpr bool A8 = KV == MEMRA_QT_Q8_0 && DH % 128 == 0; /* 34 * DH / 32 % 8 == 0 */
-    const dim3 blk(kWarps * 32);
     switch (MEMRA_ATTN_HG(DH, g.group)) { /* HG fixes U: part of the order (header) */
     case 1:
-        return cuda_ops_launch(attn_split_fast<DH, 1, KV, A8>, grid, blk, 0, s, 1, *a, g);
+        return launch_split_kernel<attn_split_fast<DH, 1, KV, A8>>(a, g, s);
     case 2:
-        return cuda_ops_launch(attn_split_fast<DH, 2, KV, A8>, grid, blk, 0, s, 1, *a, g);
+        return launch_split_kernel<attn_split_fast<DH, 2, KV, A8>>(a, g, s);
     case 4:
-        return cuda_ops_launch(attn_split_fast<DH, 4, KV, A8>, grid, blk, 0, s, 1, *a, g);
+        return launch_split_kernel<attn_split_fast<DH, 4, KV, A8>>(a, g, s);
     default: /* 8; never for DH > 256 */
-        return cuda_ops_launch(attn_split_fast<DH, (DH > 256 ? 4 : 8), KV, A8>, grid, blk, 0, s, 1, *a, g);
+        return launch_split_kernel<attn_split_fast<DH, (DH > 256 ? 4 : 8), KV, A8>>(a, g, s);
     }
 }
 
 template <int KV>
 cudaError_t launch_split(const memra_attn_decode_args *a, const attn_geom &g, cudaStream_t s)
 {
-    const dim3 grid(a->max_split, a->n_head_kv, a->b);
     switch (a->head_dim) { /* the fast set of memra_attn_fast_dim */
     case 64:
-        return launch_fast<64, KV>(a, g, grid, s);
+        return launch_fast<64, KV>(a, g, s);
     case 128:
-        return launch_fast<128, KV>(a, g, grid, s);
+        return launch_fast<128, KV>(a, g, s);
     case 256:
-        return launch_fast<256, KV>(a, g, grid, s);
+        return launch_fast<256, KV>(a, g, s);
     case 512:
-        return launch_fast<512, KV>(a, g, grid, s);
-    default:
-        return cuda_ops_launch(attn_split_generic<KV>, grid, dim3(kWarps * 32), 0, s, 1, *a, g);
+        return launch_fast<512, KV>(a, g, s);
+    default: { /* one split per CTA whatever split_ctas says (a rare shape: not worth the
+                * registers a split loop takes in this kernel) */
+        memra_attn_decode_args one = *a;
+        one.split_ctas = 0;
+        return launch_split_kernel<attn_split_generic<KV>>(&one, g, s);
+    }
     }
 }
 

@@ -46,6 +46,9 @@
  * The CUDA kernel computes every exp of a batch once per key group and broadcasts it by
  * shuffle (same function, same bits); the scratch holds [b, n_head, max_split, dh + 2]
  * partials. The reference model calls memra_attn_head (below) with the plan's max_split.
+ * Scheduling, never the bits: split_ctas says how many CTAs per (kv head, row) the CUDA
+ * split kernel launches, each taking splits x, x + split_ctas, ... of its row (the partials
+ * and the combine are the same whichever CTA computes a split; the CPU reference ignores it).
  */
 #ifndef MEMRA_KERNEL_ATTN_DECODE_H
 #define MEMRA_KERNEL_ATTN_DECODE_H
@@ -61,6 +64,11 @@
  * to plan scripts as host.attn_max_split. */
 #define MEMRA_ATTN_MAX_SPLIT 128
 #define MEMRA_ATTN_WARPS 4
+/* memra_attn_decode_args.split_ctas: one CTA per split up to max_split (0, the default: a
+ * grid of max_split CTAs per (kv head, row) whatever the row's length), that many CTAs
+ * (1..max_split; more are clamped), or AUTO: as many as keep the whole grid resident on
+ * the device at once (kernels/attn_decode.cu) */
+#define MEMRA_ATTN_SPLIT_CTAS_AUTO (-1)
 /* Fast-kernel geometry (compile-time in the kernel, run-time in the reference). */
 #define MEMRA_ATTN_VPL(dh) ((dh) > 256 ? (dh) / 256 : 1)
 #define MEMRA_ATTN_LPK(dh) ((dh) / (8 * MEMRA_ATTN_VPL(dh)))
@@ -128,6 +136,8 @@ typedef struct memra_attn_decode_args {
     int32_t max_split;
     int32_t b;
     float scale;              /* 1/sqrt(head_dim) for qwen35 (attention.scale is ignored) */
+    int32_t split_ctas;       /* CUDA scheduling only: 0, 1..max_split or
+                                 MEMRA_ATTN_SPLIT_CTAS_AUTO (above) */
 } memra_attn_decode_args;
 
 static inline const char *memra_attn_decode_check(const memra_attn_decode_args *a)
@@ -144,6 +154,8 @@ static inline const char *memra_attn_decode_check(const memra_attn_decode_args *
         return "KV cache type must be f16, or q8_0 with head_dim % 32 == 0";
     if (a->n_ctx <= 0 || a->max_split <= 0 || !(a->scale > 0.0f))
         return "n_ctx, max_split or scale out of range";
+    if (a->split_ctas < MEMRA_ATTN_SPLIT_CTAS_AUTO)
+        return "split_ctas must be 0, positive or MEMRA_ATTN_SPLIT_CTAS_AUTO";
     return 0;
 }
 

@@ -1,8 +1,10 @@
 /*
  * cuda_common.cu — the thread-local failure reason of the CUDA op entries
  * (memra_cuda_ops_error, kernels/cuda_ops.h) and memra_copy_words_cuda, the word copy the
- * CUDA backend moves tick blocks with.
+ * CUDA backend moves tick blocks with, and the SM count launchers size grids by.
  */
+#include <atomic>
+
 #include "cuda_common.cuh"
 #include "cuda_ops.h"
 
@@ -11,6 +13,22 @@ static thread_local const char *g_cuda_ops_error = "";
 void memra_cuda_ops_set_error(const char *why) { g_cuda_ops_error = why ? why : ""; }
 
 extern "C" const char *memra_cuda_ops_error(void) { return g_cuda_ops_error; }
+
+int memra_cuda_sm_count()
+{
+    static std::atomic<int> cache[64];
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64)
+        return 132;
+    int n = cache[dev].load(std::memory_order_relaxed);
+    if (!n) {
+        if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+            n <= 0)
+            n = 132;
+        cache[dev].store(n, std::memory_order_relaxed);
+    }
+    return n;
+}
 
 namespace {
 

@@ -138,6 +138,10 @@ static __device__ float block_max_f32(float v, float *red)
 /* Records the reason of an entry's failure (thread-local; memra_cuda_ops_error()). */
 void memra_cuda_ops_set_error(const char *why);
 
+/* Multiprocessors of the current device (cached per ordinal; 132 if the query fails): for
+ * grid sizes, never for an order. */
+int memra_cuda_sm_count();
+
 /* MEMRA_ERR_INVALID_ARG with the check's reason. */
 static inline int cuda_ops_invalid(const char *why)
 {

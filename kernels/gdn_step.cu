@@ -443,21 +443,6 @@ __global__ void __launch_bounds__(kGenericThreads) gdn_step_generic(memra_gdn_st
 /* memra_gdn_step_cuda_tune (measurements only): 0 = the launcher's choice */
 int g_tune_split = 0, g_tune_bulk = -1;
 
-/* Multiprocessors of the current device (cached per ordinal; 132 if the query fails). */
-int sm_count()
-{
-    static int cache[64];
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64)
-        return 132;
-    if (!cache[dev]) {
-        int n = 0;
-        const bool ok = cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess;
-        cache[dev] = ok && n > 0 ? n : 132;
-    }
-    return cache[dev];
-}
-
 /* Rows per warp task of a small-grid CTA owning `rows` state rows: one task per warp where the
  * rows allow it (G = rows / 8), at most 16 / VEC (64 state registers per lane). */
 int fast_small_rows(int rows, int vec)
@@ -521,7 +506,7 @@ extern "C" int memra_gdn_step_cuda(const memra_gdn_step_args *a, cudaStream_t s)
          * prefetch of rows past a CTA's first tasks: on for 8-warp CTAs, off for the 4-warp
          * grids (all resident at once, each warp double-buffering its tasks: b = 16 29.5 us
          * without, 31.8 with; the B = 16 tick 7.790 -> 7.719 ms). */
-        const long sms = sm_count();
+        const long sms = memra_cuda_sm_count();
         const bool large = (long)a->n_v_head * a->b > 2L * sms;
         for (int sp = kMaxSplit; !large && sp > 1 && g.split == 1; sp /= 2)
             if (g.r * sp <= kClusterMax && (a->head_v_dim / 32) % sp == 0 &&

@@ -89,6 +89,11 @@ typedef struct memra_cuda_opts {
                              only: the same bytes). Default MEMRA_CUDA_NORM_RELEASE_TIERS: the
                              tiers where the H200 measured it faster (bench/results/mmvq-notes.md
                              run 24) */
+    int attn_split_ctas;         /* attn_decode's split kernel, CTAs per (kv head, row): 0
+                                    (default) one per split up to the plan's max_split; N: N CTAs,
+                                    each taking every N-th split of its row; -1
+                                    (MEMRA_ATTN_SPLIT_CTAS_AUTO): as many as keep the grid resident
+                                    at once (scheduling only: the same bytes; kernels/attn_decode.h) */
     int sync_launches;    /* 0 (default); 1: eager ticks synchronize after every launch, so
                              an asynchronous fault names its launch (debugging; slow) */
     uint32_t staging_mib; /* pinned staging chunk of the weight upload, MiB (default 64) */

@@ -26,6 +26,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "attn_decode.h"
 #include "backend_cpu.h"
 #include "bench.h"
 #include "forge.h"
@@ -211,6 +212,17 @@ static void check_config(json_t *j, const memra_bench_report *r)
             mask |= 1 << json_integer_value(json_array_get(nr, i));
         ck_assert_int_eq(mask, r->opts.norm_release);
     }
+    /* --attn-split-ctas: as the option reads it, absent at the default */
+    const json_t *ac = json_object_get(j, "attn_split_ctas");
+    if (r->opts.attn_split_ctas == MEMRA_BENCH_UNSET)
+        ck_assert_ptr_null(ac);
+    else {
+        char want[16];
+        snprintf(want, sizeof want, "%d", r->opts.attn_split_ctas);
+        ck_assert_str_eq(json_string_value(ac), r->opts.attn_split_ctas == 0  ? "max"
+                                                : r->opts.attn_split_ctas < 0 ? "auto"
+                                                                              : want);
+    }
 }
 
 /* One "case" line: fields present, numbers consistent, bytes equal to the oracle. */
@@ -338,7 +350,8 @@ START_TEST(test_bench_cpu_run)
 {
     memra_bench_opts o;
     two_by_two_opts(&o, 1024);
-    o.norm_release = 1 << 2 | 1 << 16; /* a CUDA scheduling option: reported, no effect here */
+    o.norm_release = 1 << 2 | 1 << 16; /* CUDA scheduling options: reported, no effect here */
+    o.attn_split_ctas = MEMRA_ATTN_SPLIT_CTAS_AUTO;
     memra_bench_report *r = bench_ok(&o);
     ck_assert_int_eq(r->n_cases, 4);
     ck_assert(r->plans_generated);
@@ -361,6 +374,7 @@ START_TEST(test_bench_cpu_run)
     report_text(r, 1, buf, sizeof buf);
     ck_assert_ptr_nonnull(strstr(buf, g_model));
     ck_assert_ptr_nonnull(strstr(buf, "--tiers 1,2 --depths 0,1024 --ticks 3"));
+    ck_assert_ptr_nonnull(strstr(buf, " --attn-split-ctas auto"));
     ck_assert_ptr_nonnull(strstr(buf, "MISS  B=1 bandwidth"));
     check_plot(r);
     memra_bench_report_free(r);

@@ -1838,6 +1838,13 @@ START_TEST(test_bad_args)
                                  .kv_type = MEMRA_QT_Q8_0, .n_ctx = 1, .max_split = 1, .b = 1,
                                  .scale = 1};
     ck_assert_int_eq(memra_attn_decode_ref(&ad), MEMRA_ERR_INVALID_ARG); /* q8_0 needs 32 | dh */
+    ad.head_dim = 64;
+    ad.split_ctas = MEMRA_ATTN_SPLIT_CTAS_AUTO;
+    ck_assert_ptr_null(memra_attn_decode_check(&ad)); /* scheduling: any count, or auto */
+    ad.split_ctas = MEMRA_ATTN_SPLIT_CTAS_AUTO - 1;
+    ck_assert_str_eq(memra_attn_decode_check(&ad),
+                     "split_ctas must be 0, positive or MEMRA_ATTN_SPLIT_CTAS_AUTO");
+    ck_assert_int_eq(memra_attn_decode_ref(&ad), MEMRA_ERR_INVALID_ARG);
     memra_gdn_step_args gd = {.qkv = f, .z = f, .beta = f, .alpha = f, .conv_w = f, .dt_bias = f,
                               .ssm_a = f, .norm_w = f, .conv_state = p, .ssm_state = p, .y_q = q,
                               .n_k_head = 2, .n_v_head = 3, .head_k_dim = 32, .head_v_dim = 32,

@@ -625,6 +625,7 @@ END_TEST
 typedef struct decode_case {
     const attn_shape *sh;
     int kv, b, n_ctx, max_split;
+    int split_ctas; /* memra_attn_decode_args.split_ctas (scheduling: never the bytes) */
     int32_t *pos;
     regions kc, vc;
     float *q, *qg;
@@ -669,9 +670,18 @@ static void decode_fill(decode_case *c, tu_rng *r)
 static memra_attn_decode_args decode_args(const decode_case *c, int host)
 {
     const int dh = c->sh->head_dim, width = c->sh->n_head * dh;
-    memra_attn_decode_args a = {.q = c->q, .qg = c->qg, .positions = c->pos, .n_head = c->sh->n_head,
-                                .n_head_kv = c->sh->n_head_kv, .head_dim = dh, .kv_type = c->kv, .n_ctx = c->n_ctx,
-                                .max_split = c->max_split, .b = c->b, .scale = 1.0f / sqrtf((float)dh)};
+    memra_attn_decode_args a = {.q = c->q,
+                                .qg = c->qg,
+                                .positions = c->pos,
+                                .n_head = c->sh->n_head,
+                                .n_head_kv = c->sh->n_head_kv,
+                                .head_dim = dh,
+                                .kv_type = c->kv,
+                                .n_ctx = c->n_ctx,
+                                .max_split = c->max_split,
+                                .b = c->b,
+                                .scale = 1.0f / sqrtf((float)dh),
+                                .split_ctas = c->split_ctas};
     const size_t nq = (size_t)c->b * (size_t)width;
     if (host) {
         a.k_cache = c->kc.htab;
@@ -715,7 +725,8 @@ static void decode_check(decode_case *c, float **o_out, uint8_t **yq_out)
     uint8_t *yq = halloc(nq / 32 * sizeof(memra_block_q8_1));
     decode_gpu(c, o, yq);
     char what[128];
-    snprintf(what, sizeof what, "attn_decode %s kv %d b %d max_split %d", c->sh->name, c->kv, c->b, c->max_split);
+    snprintf(what, sizeof what, "attn_decode %s kv %d b %d max_split %d split_ctas %d", c->sh->name,
+             c->kv, c->b, c->max_split, c->split_ctas);
     /* exact: the reference emulates the kernel's order (attn_decode.h), same exps, same
      * gate; then the same q8_1 quantizer */
     gpu_expect_same_f32(what, o, a.o, nq);
@@ -871,6 +882,44 @@ START_TEST(test_attn_decode_lengths)
 }
 END_TEST
 
+START_TEST(test_attn_decode_split_ctas)
+{
+    GPU_OR_SKIP();
+    tu_rng r;
+    tu_rng_seed(&r, 0xDEC3u);
+    /* The split kernel on fewer CTAs than splits: CTA x takes splits x, x + n, ... of its row.
+     * Rows of 8193 (128 splits), 1025 (17), 65 (2) and 1 key(s) and a row outside the cache
+     * share each launch; split_ctas 1 (one CTA walks all 128 splits), 3, 16, 127, 500 (more
+     * than max_split: one per split), AUTO (b = 5: 4 x 132 SMs / (4 x 5) = 26 CTAs per (kv
+     * head, row) on the H200). Every one gives the CPU reference's bytes (the reference
+     * ignores split_ctas), and a row alone at tier 1 its bytes in the 5-wide launch. The
+     * generic kernel (dh96) always runs one CTA per split: it must ignore the field. */
+    static const int32_t pos[] = {8192, 1024, 64, 0, 8200};
+    static const int ctas[] = {1, 3, 16, 127, 500, MEMRA_ATTN_SPLIT_CTAS_AUTO};
+    const attn_shape *shapes[] = {&k_attn_shapes[1], &k_attn_shapes[3], &k_attn_shapes[7]};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        for (size_t k = 0; k < sizeof ctas / sizeof ctas[0]; k++) {
+            const int kv = (i + k) % 2 ? MEMRA_QT_Q8_0 : MEMRA_QT_F16;
+            decode_case c = {.sh = shapes[i],
+                             .kv = kv,
+                             .b = 5,
+                             .n_ctx = 8200,
+                             .max_split = MEMRA_ATTN_MAX_SPLIT,
+                             .split_ctas = ctas[k]};
+            c.pos = halloc(sizeof(int32_t) * (size_t)c.b);
+            memcpy(c.pos, pos, sizeof pos);
+            decode_fill(&c, &r);
+            float *o;
+            uint8_t *yq;
+            decode_check(&c, &o, &yq);
+            decode_twice(&c);
+            decode_isolation(&c, o, yq, 0, 1, 0);
+            decode_isolation(&c, o, yq, 1, 1, 0);
+            teardown_allocs();
+        }
+}
+END_TEST
+
 START_TEST(test_attn_rejects)
 {
     GPU_OR_SKIP();
@@ -884,6 +933,9 @@ START_TEST(test_attn_rejects)
     ck_assert_int_eq(memra_attn_decode_cuda(&a, 0), MEMRA_ERR_INVALID_ARG);
     a.n_head_kv = 2;
     a.kv_type = MEMRA_QT_Q4_0;
+    ck_assert_int_eq(memra_attn_decode_cuda(&a, 0), MEMRA_ERR_INVALID_ARG);
+    a.kv_type = MEMRA_QT_F16;
+    a.split_ctas = MEMRA_ATTN_SPLIT_CTAS_AUTO - 1;
     ck_assert_int_eq(memra_attn_decode_cuda(&a, 0), MEMRA_ERR_INVALID_ARG);
     memra_attn_prep_args p = {0};
     ck_assert_int_eq(memra_attn_prep_cuda(&p, 0), MEMRA_ERR_INVALID_ARG);
@@ -1416,7 +1468,8 @@ static void report(const char *what, double us, double bytes)
     fflush(stdout);
 }
 
-static void time_attn_decode(int b, int ctx, int kv, int max_split, tu_rng *r)
+/* split_ctas: memra_attn_decode_args.split_ctas (0 one CTA per split, -1 auto) */
+static void time_attn_decode(int b, int ctx, int kv, int max_split, int split_ctas, tu_rng *r)
 {
     const int hq = 16, hkv = 4, dh = 256; /* qwen35-9b */
     const uint64_t hb = memra_kv_head_bytes(kv, dh), region = (uint64_t)ctx * hkv * hb;
@@ -1431,18 +1484,28 @@ static void time_attn_decode(int b, int ctx, int kv, int max_split, tu_rng *r)
         pos[i] = ctx - 1;
     }
     const size_t nq = (size_t)b * hq * dh, ns = (size_t)b * hq * (size_t)max_split * (dh + 2);
-    memra_attn_decode_args a = {.q = dev_rand(r, nq, 1.0f), .qg = dev_rand(r, 2 * nq, 1.0f),
+    memra_attn_decode_args a = {.q = dev_rand(r, nq, 1.0f),
+                                .qg = dev_rand(r, 2 * nq, 1.0f),
                                 .positions = dup_h2d(pos, sizeof(int32_t) * (size_t)b),
                                 .k_cache = dup_h2d(kt, sizeof(uint64_t) * (size_t)b),
-                                .v_cache = dup_h2d(vt, sizeof(uint64_t) * (size_t)b), .scratch = dalloc(ns * sizeof(float)),
-                                .y_q = dalloc(nq / 32 * sizeof(memra_block_q8_1)), .n_head = hq, .n_head_kv = hkv,
-                                .head_dim = dh, .kv_type = kv, .n_ctx = ctx, .max_split = max_split, .b = b,
-                                .scale = 1.0f / 16.0f};
+                                .v_cache = dup_h2d(vt, sizeof(uint64_t) * (size_t)b),
+                                .scratch = dalloc(ns * sizeof(float)),
+                                .y_q = dalloc(nq / 32 * sizeof(memra_block_q8_1)),
+                                .n_head = hq,
+                                .n_head_kv = hkv,
+                                .head_dim = dh,
+                                .kv_type = kv,
+                                .n_ctx = ctx,
+                                .max_split = max_split,
+                                .b = b,
+                                .scale = 1.0f / 16.0f,
+                                .split_ctas = split_ctas};
     double us;
     TIME_OP(memra_attn_decode_cuda(&a, 0), 20, us);
-    char what[96];
-    snprintf(what, sizeof what, "attn_decode 9b b=%d ctx=%d kv=%s max_split=%d", b, ctx, kv == MEMRA_QT_F16 ? "f16" : "q8_0",
-             max_split);
+    char what[112];
+    snprintf(what, sizeof what, "attn_decode 9b b=%d ctx=%d kv=%s max_split=%d%s", b, ctx,
+             kv == MEMRA_QT_F16 ? "f16" : "q8_0", max_split,
+             split_ctas == MEMRA_ATTN_SPLIT_CTAS_AUTO ? " split_ctas=auto" : "");
     report(what, us, 2.0 * (double)region * b);
     teardown_allocs();
 }
@@ -1561,11 +1624,19 @@ START_TEST(test_timing)
     }
     tu_rng r;
     tu_rng_seed(&r, 0x7173u);
-    time_attn_decode(16, 32768, MEMRA_QT_F16, 32, &r);
-    time_attn_decode(16, 32768, MEMRA_QT_F16, 64, &r);
-    time_attn_decode(16, 32768, MEMRA_QT_Q8_0, 32, &r);
-    time_attn_decode(1, 32768, MEMRA_QT_F16, 128, &r);
-    time_attn_decode(16, 4096, MEMRA_QT_F16, 32, &r);
+    time_attn_decode(16, 32768, MEMRA_QT_F16, 32, 0, &r);
+    time_attn_decode(16, 32768, MEMRA_QT_F16, 64, 0, &r);
+    time_attn_decode(16, 32768, MEMRA_QT_Q8_0, 32, 0, &r);
+    time_attn_decode(1, 32768, MEMRA_QT_F16, 128, 0, &r);
+    time_attn_decode(16, 4096, MEMRA_QT_F16, 32, 0, &r);
+    /* the plans' max_split, one CTA per split against a grid that stays resident */
+    static const int at_b[4] = {1, 2, 8, 16}, at_ctx[2] = {1024, 32768};
+    for (int i = 0; i < 4; i++)
+        for (int k = 0; k < 2; k++) {
+            time_attn_decode(at_b[i], at_ctx[k], MEMRA_QT_F16, MEMRA_ATTN_MAX_SPLIT, 0, &r);
+            time_attn_decode(at_b[i], at_ctx[k], MEMRA_QT_F16, MEMRA_ATTN_MAX_SPLIT,
+                             MEMRA_ATTN_SPLIT_CTAS_AUTO, &r);
+        }
     /* gdn_step: the launcher's choice, then each split with the bulk prefetch on / off */
     static const int gdn_b[5] = {1, 2, 4, 8, 16};
     for (int i = 0; i < 5; i++) {
@@ -1667,7 +1738,8 @@ Suite *make_ops_gpu_suite(void)
     GPU_ADD_CASE(s, "silu_mul_q8", test_silu_mul_q8, test_silu_mul_q8_isolation);
     GPU_ADD_CASE(s, "moe_route", test_moe_route);
     GPU_ADD_CASE(s, "attn_prep", test_attn_prep, test_attn_rejects);
-    GPU_ADD_CASE(s, "attn_decode", test_attn_decode, test_attn_decode_splits, test_attn_decode_lengths);
+    GPU_ADD_CASE(s, "attn_decode", test_attn_decode, test_attn_decode_splits,
+                 test_attn_decode_lengths, test_attn_decode_split_ctas);
     GPU_ADD_CASE(s, "gdn_step", test_gdn_step, test_gdn_rejects);
     GPU_ADD_CASE(s, "sample", test_sample, test_sample_draws, test_sample_edges);
     GPU_ADD_CASE(s, "exact_math", test_exact_math_gpu);
