@@ -31,6 +31,7 @@
 #include <cuda_runtime_api.h>
 #include <xxhash.h>
 
+#include "attn_decode.h"
 #include "backend_cpu.h"
 #include "backend_cuda.h"
 #include "cuda_util.h"
@@ -762,6 +763,15 @@ START_TEST(test_open_refusals)
     memra_cuda_backend *be = NULL;
     memra_err err;
     memra_err_clear(&err);
+    /* options are checked before the device is opened: refused with or without a GPU */
+    memra_cuda_opts bad;
+    memra_cuda_opts_init(&bad);
+    bad.attn_split_ctas = MEMRA_ATTN_SPLIT_CTAS_AUTO - 1;
+    ck_assert_int_eq(memra_cuda_backend_open("/nonexistent/memra-plans", NULL, &bad, &be, &err),
+                     MEMRA_ERR_INVALID_ARG);
+    ck_assert_ptr_null(be);
+    ck_assert_ptr_nonnull(strstr(err.msg, "attn_split_ctas"));
+    memra_err_clear(&err);
     int rc = memra_cuda_backend_open("/nonexistent/memra-plans", NULL, NULL, &be, &err);
     ck_assert_ptr_null(be);
     ck_assert(err.msg[0] != '\0');
@@ -770,7 +780,6 @@ START_TEST(test_open_refusals)
         return;
     }
     ck_assert_int_ne(rc, MEMRA_OK);
-    memra_cuda_opts bad;
     memra_cuda_opts_init(&bad);
     bad.n_slots = 0;
     memra_err_clear(&err);
