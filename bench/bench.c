@@ -49,6 +49,7 @@ void memra_bench_opts_init(memra_bench_opts *o)
     o->isolation = 1;
     o->norm_release = -1;
     o->attn_split_ctas = MEMRA_BENCH_UNSET;
+    o->attn_prefetch = MEMRA_BENCH_UNSET;
     o->synthetic = 1;
     o->backend = bench_be_available(MEMRA_BENCH_CUDA) ? MEMRA_BENCH_CUDA : MEMRA_BENCH_CPU;
     o->seed = 1;
@@ -553,6 +554,7 @@ static int eng_open(bench_ctx *c, bench_eng *e, const char *plan_dir, int graphs
                               .no_fusion = c->o->no_fusion,
                               .norm_release = c->o->norm_release,
                               .attn_split_ctas = c->o->attn_split_ctas,
+                              .attn_prefetch = c->o->attn_prefetch,
                               .device = c->o->device};
     const double t0 = now_ms();
     MEMRA_TRY(bench_be_open(&e->be, c->o->backend, plan_dir, c->g, &bo, err));

@@ -60,6 +60,8 @@ typedef struct memra_bench_opts {
                                     fold, memra_cuda_opts.fuse = 0): the A/B of the fold */
     int norm_release;            /* -1 (default): the backend's default; else a bit mask of tiers
                                     (bit b: tier b) for memra_cuda_opts.norm_release_tiers */
+    int attn_prefetch;           /* MEMRA_BENCH_UNSET (default): the backend's default; else
+                                    memra_cuda_opts.attn_prefetch (key batches ahead, 0..8) */
     int attn_split_ctas;         /* MEMRA_BENCH_UNSET (default): the backend's default; else
                                     memra_cuda_opts.attn_split_ctas (0 one CTA per split, N, or
                                     -1 auto): attention's split grid, an A/B of scheduling */

@@ -65,6 +65,8 @@ int bench_be_open(bench_be *b, memra_bench_backend kind, const char *plan_dir, c
         uo.norm_release_tiers = (uint32_t)o->norm_release;
     if (o->attn_split_ctas != MEMRA_BENCH_UNSET)
         uo.attn_split_ctas = o->attn_split_ctas;
+    if (o->attn_prefetch != MEMRA_BENCH_UNSET)
+        uo.attn_prefetch = o->attn_prefetch;
     uo.device = o->device;
     rc = memra_cuda_backend_open(plan_dir, g, &uo, &b->cuda, err);
     if (rc == MEMRA_OK) {

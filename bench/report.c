@@ -54,7 +54,7 @@ static uint32_t norm_release_tiers(int mask, uint32_t *out)
 void memra_bench_print_header(const memra_bench_report *r, FILE *f)
 {
     const memra_bench_opts *o = &r->opts;
-    char tiers[96], depths[160], norm_release[120] = "", attn_ctas[48] = "";
+    char tiers[96], depths[160], norm_release[120] = "", attn[96] = "";
     list_str(o->tiers, o->n_tiers, tiers, sizeof tiers);
     list_str(o->depths, o->n_depths, depths, sizeof depths);
     if (o->norm_release == 0)
@@ -66,8 +66,11 @@ void memra_bench_print_header(const memra_bench_report *r, FILE *f)
         snprintf(norm_release, sizeof norm_release, " --norm-release %s", list);
     }
     if (o->attn_split_ctas != MEMRA_BENCH_UNSET)
-        snprintf(attn_ctas, sizeof attn_ctas, " --attn-split-ctas %s",
+        snprintf(attn, sizeof attn, " --attn-split-ctas %s",
                  attn_split_ctas_str(o->attn_split_ctas));
+    if (o->attn_prefetch != MEMRA_BENCH_UNSET)
+        snprintf(attn + strlen(attn), sizeof attn - strlen(attn), " --attn-prefetch %d",
+                 o->attn_prefetch);
     fprintf(f, "memra-bench\n");
     fprintf(f,
             "  model     %s: \"%s\", %s, %u layers, n_embd %u, n_vocab %u, %s, %.3g %s "
@@ -89,10 +92,9 @@ void memra_bench_print_header(const memra_bench_report *r, FILE *f)
             "  options   --tiers %s --depths %s --ticks %u --warmup %u%s%s%s%s%s --seed %llu "
             "--prefill %s%s --copy-mib %u --copy-reps %u\n",
             tiers, depths, o->ticks, o->warmup, o->graphs ? "" : " --no-graph",
-            o->no_fusion ? " --no-fusion" : "", norm_release, attn_ctas,
-            o->phases ? " --phases" : "", (unsigned long long)o->seed,
-            o->synthetic ? "synthetic" : "decode", o->isolation ? "" : " --no-isolation",
-            o->copy_mib, o->copy_reps);
+            o->no_fusion ? " --no-fusion" : "", norm_release, attn, o->phases ? " --phases" : "",
+            (unsigned long long)o->seed, o->synthetic ? "synthetic" : "decode",
+            o->isolation ? "" : " --no-isolation", o->copy_mib, o->copy_reps);
     fprintf(f, "  engine    n_ctx %u, %u slots, opened in %.0f ms%s\n", r->n_ctx, r->n_slots,
             r->open_ms,
             o->backend == MEMRA_BENCH_CUDA && o->graphs ? " (graph pass, then an eager pass)" : "");
@@ -224,6 +226,8 @@ static json_t *config_json(const memra_bench_report *r)
     if (o->attn_split_ctas != MEMRA_BENCH_UNSET) /* absent: the backend default (max) */
         json_object_set_new(j, "attn_split_ctas",
                             json_string(attn_split_ctas_str(o->attn_split_ctas)));
+    if (o->attn_prefetch != MEMRA_BENCH_UNSET) /* absent: the backend default (0) */
+        json_object_set_new(j, "attn_prefetch", json_integer(o->attn_prefetch));
     json_object_set_new(j, "phases", json_boolean(o->phases));
     json_object_set_new(j, "isolation", json_boolean(o->isolation));
     json_object_set_new(j, "prefill", json_string(o->synthetic ? "synthetic" : "decode"));

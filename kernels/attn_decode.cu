@@ -83,6 +83,10 @@ template <int KV, bool A8> struct kv8;
 template <bool A8> struct kv8<MEMRA_QT_F16, A8> {
     uint4 r;
     __device__ __forceinline__ void load(const u8 *entry, int d0) { r = __ldg((const uint4 *)(entry + 2 * d0)); }
+    static __device__ __forceinline__ int offset(int d0)
+    {
+        return 2 * d0;
+    } /* of what load reads */
     __device__ __forceinline__ void zero() { r = make_uint4(0, 0, 0, 0); }
     __device__ __forceinline__ void to_f32(float *f) const
     {
@@ -104,6 +108,10 @@ template <bool A8> struct kv8<MEMRA_QT_F16, A8> {
  * so no load leaves the entry), else four 2-byte loads. */
 template <bool A8> struct kv8<MEMRA_QT_Q8_0, A8> {
     u32 lo, hi, d;
+    static __device__ __forceinline__ int offset(int d0)
+    {
+        return 34 * (d0 / 32) + 2 + d0 % 32;
+    }
     __device__ __forceinline__ void load(const u8 *entry, int d0)
     {
         const int o = 34 * (d0 / 32) + 2 + d0 % 32;
@@ -154,24 +162,35 @@ template <int DH, int HG> struct split_cfg {
     static constexpr int RX = (NX + LPK - 1) / LPK; /* of them per lane */
 };
 
-/* Loads (masked: keys >= t1 are zero and not read) the batch of keys starting at base. */
-template <int DH, int HG, int KV, bool A8>
-__device__ __forceinline__ void load_batch(const u8 *kb, const u8 *vb, u64 tstride, int base, int t1,
-                                           kv8<KV, A8> (&kr)[split_cfg<DH, HG>::U][split_cfg<DH, HG>::VPL],
-                                           kv8<KV, A8> (&vr)[split_cfg<DH, HG>::U][split_cfg<DH, HG>::VPL],
-                                           bool (&ok)[split_cfg<DH, HG>::U])
+/* Loads (masked: keys >= t1 are zero and not read) the batch of keys starting at base. PF,
+ * ahead > 0: also pulls the same pieces of the keys `ahead` further (below t1) into L2
+ * (prefetch_batches: no registers held, no bit changed). */
+template <int DH, int HG, int KV, bool A8, bool PF>
+__device__ __forceinline__ void
+load_batch(const u8 *kb, const u8 *vb, u64 tstride, int base, int t1, int ahead,
+           kv8<KV, A8> (&kr)[split_cfg<DH, HG>::U][split_cfg<DH, HG>::VPL],
+           kv8<KV, A8> (&vr)[split_cfg<DH, HG>::U][split_cfg<DH, HG>::VPL],
+           bool (&ok)[split_cfg<DH, HG>::U])
 {
     using C = split_cfg<DH, HG>;
     const int lane = threadIdx.x & 31, sub = lane / C::LPK, sl = lane % C::LPK;
+    const u64 skip = PF ? (u64)ahead * tstride : 0;
 #pragma unroll
     for (int u = 0; u < C::U; u++) {
         const int t = base + u * C::KPW + sub;
         ok[u] = t < t1;
+        const bool pf = PF && ahead > 0 && t + ahead < t1;
 #pragma unroll
         for (int v = 0; v < C::VPL; v++) {
             if (ok[u]) {
-                kr[u][v].load(kb + (u64)t * tstride, 8 * (sl + C::LPK * v));
-                vr[u][v].load(vb + (u64)t * tstride, 8 * (sl + C::LPK * v));
+                const u8 *ke = kb + (u64)t * tstride, *ve = vb + (u64)t * tstride;
+                const int d0 = 8 * (sl + C::LPK * v);
+                kr[u][v].load(ke, d0);
+                vr[u][v].load(ve, d0);
+                if (pf) {
+                    prefetch_l2(ke + skip + kv8<KV, A8>::offset(d0));
+                    prefetch_l2(ve + skip + kv8<KV, A8>::offset(d0));
+                }
             } else {
                 kr[u][v].zero();
                 vr[u][v].zero();
@@ -290,32 +309,75 @@ __device__ __forceinline__ void batch_update(const memra_attn_decode_args &a,
     }
 }
 
-/* One warp's pass over its key batches of [t0, t1) (batches warp, warp + 4, ...), for the
- * heads whose q this lane holds. */
+/* The first pf batches of this warp's pass over [t0, t1) into L2 (prefetch_batches; each lane
+ * its own pieces of what load_batch reads): no registers held, no bit changed. */
 template <int DH, int HG, int KV, bool A8>
-__device__ __forceinline__ void split_scan(const memra_attn_decode_args &a, const u8 *kb, const u8 *vb,
-                                           u64 tstride, int t0, int t1,
-                                           const float (&q)[HG][split_cfg<DH, HG>::NE], float (&m)[HG],
-                                           float (&l)[HG], float (&o)[HG][split_cfg<DH, HG>::NE])
+__device__ __forceinline__ void prefetch_head(const u8 *kb, const u8 *vb, u64 tstride, int t0,
+                                              int t1, int pf)
+{
+    using C = split_cfg<DH, HG>;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, sub = lane / C::LPK,
+              sl = lane % C::LPK;
+    const int step = kWarps * C::KPW * C::U;
+    for (int d = 0, base = t0 + warp * C::KPW * C::U; d < pf && base < t1; d++, base += step)
+#pragma unroll
+        for (int u = 0; u < C::U; u++) {
+            const int t = base + u * C::KPW + sub;
+            if (t < t1)
+#pragma unroll
+                for (int v = 0; v < C::VPL; v++) {
+                    const int off = kv8<KV, A8>::offset(8 * (sl + C::LPK * v));
+                    prefetch_l2(kb + (u64)t * tstride + off);
+                    prefetch_l2(vb + (u64)t * tstride + off);
+                }
+        }
+}
+
+/* One warp's pass over its key batches of [t0, t1) (batches warp, warp + 4, ...), for the
+ * heads whose q this lane holds; PF with pf > 0: each batch's loads also pull the batch pf
+ * steps ahead into L2 (prefetch_head has pulled the first pf). */
+template <int DH, int HG, int KV, bool A8, bool PF>
+__device__ __forceinline__ void
+split_scan(const memra_attn_decode_args &a, const u8 *kb, const u8 *vb, u64 tstride, int t0, int t1,
+           int pf, const float (&q)[HG][split_cfg<DH, HG>::NE], float (&m)[HG], float (&l)[HG],
+           float (&o)[HG][split_cfg<DH, HG>::NE])
 {
     using C = split_cfg<DH, HG>;
     const int warp = threadIdx.x >> 5, step = kWarps * C::KPW * C::U;
     for (int base = t0 + warp * C::KPW * C::U; base < t1; base += step) {
         kv8<KV, A8> kr[C::U][C::VPL], vr[C::U][C::VPL];
         bool ok[C::U];
-        load_batch<DH, HG, KV, A8>(kb, vb, tstride, base, t1, kr, vr, ok); /* all U batches in flight */
+        /* all U keys in flight at once */
+        load_batch<DH, HG, KV, A8, PF>(kb, vb, tstride, base, t1, pf * step, kr, vr, ok);
         batch_update<DH, HG, KV, A8>(a, kr, vr, ok, q, m, l, o);
     }
 }
 
-template <int DH, int HG, int KV, bool A8>
-__global__ void __launch_bounds__(kWarps * 32) attn_split_fast(memra_attn_decode_args a, attn_geom g)
+/* PF: the prefetch_batches kernel (a separate instantiation: the prefetch addresses cost
+ * registers, and the default kernel keeps its own count) */
+template <int DH, int HG, int KV, bool A8, bool PF>
+__global__ void __launch_bounds__(kWarps * 32)
+    attn_split_fast(memra_attn_decode_args a, attn_geom g)
 {
     using C = split_cfg<DH, HG>;
     __shared__ float sm_o[kWarps][HG][DH];
     __shared__ float sm_m[kWarps][HG], sm_l[kWarps][HG], sm_w[kWarps][HG], sm_M[HG];
     const int j = blockIdx.y, b = blockIdx.z;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, sub = lane / C::LPK, sl = lane % C::LPK;
+    const int pf = PF ? a.prefetch_batches : 0;
+    if (PF && pf > 0) {
+        /* The row's length and cache bases are tick inputs, written before the graph's first
+         * kernel, and every kernel before attn_prep has completed once this one runs: so the
+         * first pass's first pf batches stream into L2 before the wait, under attn_prep's tail
+         * (attn_prep's new key included: L2 holds its writes). */
+        const int len = row_len(a, b), nsplit = len ? row_nsplit(len, a.max_split) : 0;
+        if ((int)blockIdx.x < nsplit) {
+            const int per = split_keys(len, nsplit), t0 = (int)blockIdx.x * per;
+            prefetch_head<DH, HG, KV, A8>((const u8 *)(uintptr_t)a.k_cache[b] + (u64)j * g.hb,
+                                          (const u8 *)(uintptr_t)a.v_cache[b] + (u64)j * g.hb,
+                                          (u64)a.n_head_kv * g.hb, t0, min(len, t0 + per), pf);
+        }
+    }
     pdl_wait_release();
     const int len = row_len(a, b);
     const int nsplit = len ? row_nsplit(len, a.max_split) : 0;
@@ -327,6 +389,8 @@ __global__ void __launch_bounds__(kWarps * 32) attn_split_fast(memra_attn_decode
         const u64 tstride = (u64)a.n_head_kv * g.hb;
         const u8 *kb = (const u8 *)(uintptr_t)a.k_cache[b] + (u64)j * g.hb;
         const u8 *vb = (const u8 *)(uintptr_t)a.v_cache[b] + (u64)j * g.hb;
+        if (PF && pf > 0 && s != (int)blockIdx.x) /* the first pass's came before the wait */
+            prefetch_head<DH, HG, KV, A8>(kb, vb, tstride, t0, t1, pf);
         for (int g0 = 0; g0 < g.group; g0 += HG) {
             float q[HG][C::NE], m[HG], l[HG], o[HG][C::NE];
 #pragma unroll
@@ -341,7 +405,7 @@ __global__ void __launch_bounds__(kWarps * 32) attn_split_fast(memra_attn_decode
                     o[h][e] = 0.0f;
                 }
             }
-            split_scan<DH, HG, KV, A8>(a, kb, vb, tstride, t0, t1, q, m, l, o);
+            split_scan<DH, HG, KV, A8, PF>(a, kb, vb, tstride, t0, t1, pf, q, m, l, o);
 #pragma unroll
             for (int off = C::LPK; off < 32; off <<= 1)
 #pragma unroll
@@ -605,20 +669,27 @@ cudaError_t launch_split_kernel(const memra_attn_decode_args *a, const attn_geom
     return cuda_ops_launch(K, grid, dim3(kWarps * 32), 0, s, 1, *a, g);
 }
 
-template <int DH, int KV>
+template <int DH, int KV, bool PF>
 cudaError_t launch_fast(const memra_attn_decode_args *a, const attn_geom &g, cudaStream_t s)
 {
     constexpr bool A8 = KV == MEMRA_QT_Q8_0 && DH % 128 == 0; /* 34 * DH / 32 % 8 == 0 */
     switch (MEMRA_ATTN_HG(DH, g.group)) { /* HG fixes U: part of the order (header) */
     case 1:
-        return launch_split_kernel<attn_split_fast<DH, 1, KV, A8>>(a, g, s);
+        return launch_split_kernel<attn_split_fast<DH, 1, KV, A8, PF>>(a, g, s);
     case 2:
-        return launch_split_kernel<attn_split_fast<DH, 2, KV, A8>>(a, g, s);
+        return launch_split_kernel<attn_split_fast<DH, 2, KV, A8, PF>>(a, g, s);
     case 4:
-        return launch_split_kernel<attn_split_fast<DH, 4, KV, A8>>(a, g, s);
+        return launch_split_kernel<attn_split_fast<DH, 4, KV, A8, PF>>(a, g, s);
     default: /* 8; never for DH > 256 */
-        return launch_split_kernel<attn_split_fast<DH, (DH > 256 ? 4 : 8), KV, A8>>(a, g, s);
+        return launch_split_kernel<attn_split_fast<DH, (DH > 256 ? 4 : 8), KV, A8, PF>>(a, g, s);
     }
+}
+
+template <int DH, int KV>
+cudaError_t launch_fast(const memra_attn_decode_args *a, const attn_geom &g, cudaStream_t s)
+{
+    return a->prefetch_batches > 0 ? launch_fast<DH, KV, true>(a, g, s)
+                                   : launch_fast<DH, KV, false>(a, g, s);
 }
 
 template <int KV>

@@ -46,9 +46,11 @@
  * The CUDA kernel computes every exp of a batch once per key group and broadcasts it by
  * shuffle (same function, same bits); the scratch holds [b, n_head, max_split, dh + 2]
  * partials. The reference model calls memra_attn_head (below) with the plan's max_split.
- * Scheduling, never the bits: split_ctas says how many CTAs per (kv head, row) the CUDA
- * split kernel launches, each taking splits x, x + split_ctas, ... of its row (the partials
- * and the combine are the same whichever CTA computes a split; the CPU reference ignores it).
+ * Scheduling, never the bits (the CPU reference ignores both): split_ctas says how many CTAs
+ * per (kv head, row) the CUDA split kernel launches, each taking splits x, x + split_ctas, ...
+ * of its row (the partials and the combine are the same whichever CTA computes a split);
+ * prefetch_batches, how many key batches ahead of the one it computes a warp pulls into L2
+ * (the first ones before the kernel's PDL wait, under attn_prep's tail).
  */
 #ifndef MEMRA_KERNEL_ATTN_DECODE_H
 #define MEMRA_KERNEL_ATTN_DECODE_H
@@ -69,6 +71,8 @@
  * (1..max_split; more are clamped), or AUTO: as many as keep the whole grid resident on
  * the device at once (kernels/attn_decode.cu) */
 #define MEMRA_ATTN_SPLIT_CTAS_AUTO (-1)
+/* memra_attn_decode_args.prefetch_batches: 0 (default, none) .. this */
+#define MEMRA_ATTN_MAX_PREFETCH 8
 /* Fast-kernel geometry (compile-time in the kernel, run-time in the reference). */
 #define MEMRA_ATTN_VPL(dh) ((dh) > 256 ? (dh) / 256 : 1)
 #define MEMRA_ATTN_LPK(dh) ((dh) / (8 * MEMRA_ATTN_VPL(dh)))
@@ -138,6 +142,7 @@ typedef struct memra_attn_decode_args {
     float scale;              /* 1/sqrt(head_dim) for qwen35 (attention.scale is ignored) */
     int32_t split_ctas;       /* CUDA scheduling only: 0, 1..max_split or
                                  MEMRA_ATTN_SPLIT_CTAS_AUTO (above) */
+    int32_t prefetch_batches; /* CUDA scheduling only: 0..MEMRA_ATTN_MAX_PREFETCH (above) */
 } memra_attn_decode_args;
 
 static inline const char *memra_attn_decode_check(const memra_attn_decode_args *a)
@@ -156,6 +161,8 @@ static inline const char *memra_attn_decode_check(const memra_attn_decode_args *
         return "n_ctx, max_split or scale out of range";
     if (a->split_ctas < MEMRA_ATTN_SPLIT_CTAS_AUTO)
         return "split_ctas must be 0, positive or MEMRA_ATTN_SPLIT_CTAS_AUTO";
+    if (a->prefetch_batches < 0 || a->prefetch_batches > MEMRA_ATTN_MAX_PREFETCH)
+        return "prefetch_batches out of range 0..8";
     return 0;
 }
 

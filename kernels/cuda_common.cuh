@@ -45,6 +45,13 @@ static __device__ __forceinline__ u16 dev_f32_to_fp16(float f)
     return f32_to_f16_rn(f);
 }
 
+/* A hint that pulls the global line holding p into L2. Safe anywhere, before the PDL wait
+ * too: L2 is the point of coherence, so a later load can never see stale data through it. */
+static __device__ __forceinline__ void prefetch_l2(const void *p)
+{
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(__cvta_generic_to_global(p)));
+}
+
 /* ------------------------------- fixed-order reductions ------------------------------ */
 
 static __device__ __forceinline__ double warp_sum_f64(double v)

@@ -117,13 +117,6 @@ __device__ __forceinline__ int key_head(const memra_gdn_step_args &a, const gdn_
 
 /* ----------------------------------- fast kernel ------------------------------------- */
 
-/* Hints that pull global bytes into L2. Safe anywhere, before the PDL wait too: L2 is the
- * point of coherence, so a later load can never see stale data through it. */
-__device__ __forceinline__ void prefetch_l2(const void *p)
-{
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(__cvta_generic_to_global(p)));
-}
-
 /* p 16-byte aligned, bytes a multiple of 16 (cp.async.bulk, sm_90) */
 __device__ __forceinline__ void prefetch_l2_bulk(const void *p, unsigned bytes)
 {

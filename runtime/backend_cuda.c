@@ -704,8 +704,10 @@ static int bind_plan(memra_cuda_backend *be, uint32_t t, uint32_t s, memra_err *
         if (l->op == MEMRA_OP_RMS_NORM_Q8 && p->tier < 32) /* scheduling, never the bytes */
             L->a.rms_norm_q8.release_first =
                 (int32_t)((be->opts.norm_release_tiers >> p->tier) & 1);
-        if (l->op == MEMRA_OP_ATTN_DECODE) /* scheduling, never the bytes */
+        if (l->op == MEMRA_OP_ATTN_DECODE) { /* scheduling, never the bytes */
             L->a.attn_decode.split_ctas = be->opts.attn_split_ctas;
+            L->a.attn_decode.prefetch_batches = be->opts.attn_prefetch;
+        }
     }
     fold_pairs(be, cp, t);
     return MEMRA_OK;
@@ -904,10 +906,12 @@ int memra_cuda_backend_open(const char *plan_dir, const memra_gguf *g, const mem
                         be->opts.staging_mib, be->opts.device, be->opts.fuse);
         goto fail;
     }
-    if (be->opts.attn_split_ctas < MEMRA_ATTN_SPLIT_CTAS_AUTO) {
+    if (be->opts.attn_split_ctas < MEMRA_ATTN_SPLIT_CTAS_AUTO || be->opts.attn_prefetch < 0 ||
+        be->opts.attn_prefetch > MEMRA_ATTN_MAX_PREFETCH) {
         rc = MEMRA_FAIL(err, MEMRA_ERR_INVALID_ARG,
-                        "attn_split_ctas = %d (0, a CTA count, or MEMRA_ATTN_SPLIT_CTAS_AUTO = -1)",
-                        be->opts.attn_split_ctas);
+                        "attn_split_ctas = %d (0, a CTA count, or MEMRA_ATTN_SPLIT_CTAS_AUTO = -1) "
+                        "or attn_prefetch = %d (0..%d) out of range",
+                        be->opts.attn_split_ctas, be->opts.attn_prefetch, MEMRA_ATTN_MAX_PREFETCH);
         goto fail;
     }
     MEMRA_TRY(open_device(be, err)); /* first: without a GPU nothing else matters */

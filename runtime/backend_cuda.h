@@ -94,6 +94,10 @@ typedef struct memra_cuda_opts {
                                     each taking every N-th split of its row; -1
                                     (MEMRA_ATTN_SPLIT_CTAS_AUTO): as many as keep the grid resident
                                     at once (scheduling only: the same bytes; kernels/attn_decode.h) */
+    int attn_prefetch;    /* attn_decode's split kernel: each warp pulls the key batch this many
+                             ahead of the one it computes into L2, the first ones before its
+                             PDL wait (0, the default: none; 1..MEMRA_ATTN_MAX_PREFETCH; a
+                             kernel of its own: scheduling only, the same bytes) */
     int sync_launches;    /* 0 (default); 1: eager ticks synchronize after every launch, so
                              an asynchronous fault names its launch (debugging; slow) */
     uint32_t staging_mib; /* pinned staging chunk of the weight upload, MiB (default 64) */

@@ -223,6 +223,11 @@ static void check_config(json_t *j, const memra_bench_report *r)
                                                 : r->opts.attn_split_ctas < 0 ? "auto"
                                                                               : want);
     }
+    const json_t *ap = json_object_get(j, "attn_prefetch");
+    if (r->opts.attn_prefetch == MEMRA_BENCH_UNSET)
+        ck_assert_ptr_null(ap);
+    else
+        ck_assert_int_eq(json_integer_value(ap), r->opts.attn_prefetch);
 }
 
 /* One "case" line: fields present, numbers consistent, bytes equal to the oracle. */
@@ -352,6 +357,7 @@ START_TEST(test_bench_cpu_run)
     two_by_two_opts(&o, 1024);
     o.norm_release = 1 << 2 | 1 << 16; /* CUDA scheduling options: reported, no effect here */
     o.attn_split_ctas = MEMRA_ATTN_SPLIT_CTAS_AUTO;
+    o.attn_prefetch = 3;
     memra_bench_report *r = bench_ok(&o);
     ck_assert_int_eq(r->n_cases, 4);
     ck_assert(r->plans_generated);
@@ -374,7 +380,7 @@ START_TEST(test_bench_cpu_run)
     report_text(r, 1, buf, sizeof buf);
     ck_assert_ptr_nonnull(strstr(buf, g_model));
     ck_assert_ptr_nonnull(strstr(buf, "--tiers 1,2 --depths 0,1024 --ticks 3"));
-    ck_assert_ptr_nonnull(strstr(buf, " --attn-split-ctas auto"));
+    ck_assert_ptr_nonnull(strstr(buf, " --attn-split-ctas auto --attn-prefetch 3"));
     ck_assert_ptr_nonnull(strstr(buf, "MISS  B=1 bandwidth"));
     check_plot(r);
     memra_bench_report_free(r);

@@ -1845,6 +1845,13 @@ START_TEST(test_bad_args)
     ck_assert_str_eq(memra_attn_decode_check(&ad),
                      "split_ctas must be 0, positive or MEMRA_ATTN_SPLIT_CTAS_AUTO");
     ck_assert_int_eq(memra_attn_decode_ref(&ad), MEMRA_ERR_INVALID_ARG);
+    ad.split_ctas = 0;
+    ad.prefetch_batches = MEMRA_ATTN_MAX_PREFETCH;
+    ck_assert_ptr_null(memra_attn_decode_check(&ad));
+    ad.prefetch_batches = MEMRA_ATTN_MAX_PREFETCH + 1;
+    ck_assert_str_eq(memra_attn_decode_check(&ad), "prefetch_batches out of range 0..8");
+    ad.prefetch_batches = -1;
+    ck_assert_int_eq(memra_attn_decode_ref(&ad), MEMRA_ERR_INVALID_ARG);
     memra_gdn_step_args gd = {.qkv = f, .z = f, .beta = f, .alpha = f, .conv_w = f, .dt_bias = f,
                               .ssm_a = f, .norm_w = f, .conv_state = p, .ssm_state = p, .y_q = q,
                               .n_k_head = 2, .n_v_head = 3, .head_k_dim = 32, .head_v_dim = 32,

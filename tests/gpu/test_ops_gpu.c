@@ -625,7 +625,8 @@ END_TEST
 typedef struct decode_case {
     const attn_shape *sh;
     int kv, b, n_ctx, max_split;
-    int split_ctas; /* memra_attn_decode_args.split_ctas (scheduling: never the bytes) */
+    int split_ctas, prefetch; /* memra_attn_decode_args.split_ctas / prefetch_batches (scheduling:
+                                 never the bytes) */
     int32_t *pos;
     regions kc, vc;
     float *q, *qg;
@@ -681,7 +682,8 @@ static memra_attn_decode_args decode_args(const decode_case *c, int host)
                                 .max_split = c->max_split,
                                 .b = c->b,
                                 .scale = 1.0f / sqrtf((float)dh),
-                                .split_ctas = c->split_ctas};
+                                .split_ctas = c->split_ctas,
+                                .prefetch_batches = c->prefetch};
     const size_t nq = (size_t)c->b * (size_t)width;
     if (host) {
         a.k_cache = c->kc.htab;
@@ -725,8 +727,8 @@ static void decode_check(decode_case *c, float **o_out, uint8_t **yq_out)
     uint8_t *yq = halloc(nq / 32 * sizeof(memra_block_q8_1));
     decode_gpu(c, o, yq);
     char what[128];
-    snprintf(what, sizeof what, "attn_decode %s kv %d b %d max_split %d split_ctas %d", c->sh->name,
-             c->kv, c->b, c->max_split, c->split_ctas);
+    snprintf(what, sizeof what, "attn_decode %s kv %d b %d max_split %d split_ctas %d prefetch %d",
+             c->sh->name, c->kv, c->b, c->max_split, c->split_ctas, c->prefetch);
     /* exact: the reference emulates the kernel's order (attn_decode.h), same exps, same
      * gate; then the same q8_1 quantizer */
     gpu_expect_same_f32(what, o, a.o, nq);
@@ -920,6 +922,45 @@ START_TEST(test_attn_decode_split_ctas)
 }
 END_TEST
 
+START_TEST(test_attn_decode_prefetch)
+{
+    GPU_OR_SKIP();
+    tu_rng r;
+    tu_rng_seed(&r, 0xDEC4u);
+    /* The prefetching split kernel (a separate instantiation): each warp pulls batches pf
+     * ahead into L2, the first ones before its PDL wait. Rows of 8193 keys (128 splits of 64:
+     * 4 batches per warp at dh 256), 1025, 65, 1 and one outside the cache; pf 1, 2 and 8
+     * (beyond the last batch), with one CTA per split and with fewer CTAs (the later passes
+     * prefetch after the wait); every fast geometry, both cache types. The bytes are the CPU
+     * reference's, and a row's are the same alone at tier 1. */
+    static const int32_t pos[] = {8192, 1024, 64, 0, 8200};
+    static const int pfs[] = {1, 2, 8};
+    const attn_shape *shapes[] = {&k_attn_shapes[1], &k_attn_shapes[2], &k_attn_shapes[3],
+                                  &k_attn_shapes[5], &k_attn_dh512_g4};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        for (size_t k = 0; k < sizeof pfs / sizeof pfs[0]; k++) {
+            decode_case c = {.sh = shapes[i],
+                             .kv = (i + k) % 2 ? MEMRA_QT_Q8_0 : MEMRA_QT_F16,
+                             .b = 5,
+                             .n_ctx = 8200,
+                             .max_split = MEMRA_ATTN_MAX_SPLIT,
+                             .split_ctas = k == 1   ? 5
+                                           : k == 2 ? MEMRA_ATTN_SPLIT_CTAS_AUTO
+                                                    : 0,
+                             .prefetch = pfs[k]};
+            c.pos = halloc(sizeof(int32_t) * (size_t)c.b);
+            memcpy(c.pos, pos, sizeof pos);
+            decode_fill(&c, &r);
+            float *o;
+            uint8_t *yq;
+            decode_check(&c, &o, &yq);
+            decode_twice(&c);
+            decode_isolation(&c, o, yq, 0, 1, 0);
+            teardown_allocs();
+        }
+}
+END_TEST
+
 START_TEST(test_attn_rejects)
 {
     GPU_OR_SKIP();
@@ -936,6 +977,9 @@ START_TEST(test_attn_rejects)
     ck_assert_int_eq(memra_attn_decode_cuda(&a, 0), MEMRA_ERR_INVALID_ARG);
     a.kv_type = MEMRA_QT_F16;
     a.split_ctas = MEMRA_ATTN_SPLIT_CTAS_AUTO - 1;
+    ck_assert_int_eq(memra_attn_decode_cuda(&a, 0), MEMRA_ERR_INVALID_ARG);
+    a.split_ctas = 0;
+    a.prefetch_batches = MEMRA_ATTN_MAX_PREFETCH + 1;
     ck_assert_int_eq(memra_attn_decode_cuda(&a, 0), MEMRA_ERR_INVALID_ARG);
     memra_attn_prep_args p = {0};
     ck_assert_int_eq(memra_attn_prep_cuda(&p, 0), MEMRA_ERR_INVALID_ARG);
@@ -1468,8 +1512,10 @@ static void report(const char *what, double us, double bytes)
     fflush(stdout);
 }
 
-/* split_ctas: memra_attn_decode_args.split_ctas (0 one CTA per split, -1 auto) */
-static void time_attn_decode(int b, int ctx, int kv, int max_split, int split_ctas, tu_rng *r)
+/* split_ctas / pf: memra_attn_decode_args.split_ctas (0 one CTA per split, -1 auto) and
+ * prefetch_batches */
+static void time_attn_decode(int b, int ctx, int kv, int max_split, int split_ctas, int pf,
+                             tu_rng *r)
 {
     const int hq = 16, hkv = 4, dh = 256; /* qwen35-9b */
     const uint64_t hb = memra_kv_head_bytes(kv, dh), region = (uint64_t)ctx * hkv * hb;
@@ -1499,13 +1545,16 @@ static void time_attn_decode(int b, int ctx, int kv, int max_split, int split_ct
                                 .max_split = max_split,
                                 .b = b,
                                 .scale = 1.0f / 16.0f,
-                                .split_ctas = split_ctas};
+                                .split_ctas = split_ctas,
+                                .prefetch_batches = pf};
     double us;
     TIME_OP(memra_attn_decode_cuda(&a, 0), 20, us);
-    char what[112];
-    snprintf(what, sizeof what, "attn_decode 9b b=%d ctx=%d kv=%s max_split=%d%s", b, ctx,
+    char what[128], pfs[24] = "";
+    if (pf)
+        snprintf(pfs, sizeof pfs, " prefetch=%d", pf);
+    snprintf(what, sizeof what, "attn_decode 9b b=%d ctx=%d kv=%s max_split=%d%s%s", b, ctx,
              kv == MEMRA_QT_F16 ? "f16" : "q8_0", max_split,
-             split_ctas == MEMRA_ATTN_SPLIT_CTAS_AUTO ? " split_ctas=auto" : "");
+             split_ctas == MEMRA_ATTN_SPLIT_CTAS_AUTO ? " split_ctas=auto" : "", pfs);
     report(what, us, 2.0 * (double)region * b);
     teardown_allocs();
 }
@@ -1624,18 +1673,22 @@ START_TEST(test_timing)
     }
     tu_rng r;
     tu_rng_seed(&r, 0x7173u);
-    time_attn_decode(16, 32768, MEMRA_QT_F16, 32, 0, &r);
-    time_attn_decode(16, 32768, MEMRA_QT_F16, 64, 0, &r);
-    time_attn_decode(16, 32768, MEMRA_QT_Q8_0, 32, 0, &r);
-    time_attn_decode(1, 32768, MEMRA_QT_F16, 128, 0, &r);
-    time_attn_decode(16, 4096, MEMRA_QT_F16, 32, 0, &r);
-    /* the plans' max_split, one CTA per split against a grid that stays resident */
+    time_attn_decode(16, 32768, MEMRA_QT_F16, 32, 0, 0, &r);
+    time_attn_decode(16, 32768, MEMRA_QT_F16, 64, 0, 0, &r);
+    time_attn_decode(16, 32768, MEMRA_QT_Q8_0, 32, 0, 0, &r);
+    time_attn_decode(1, 32768, MEMRA_QT_F16, 128, 0, 0, &r);
+    time_attn_decode(16, 4096, MEMRA_QT_F16, 32, 0, 0, &r);
+    /* the plans' max_split: one CTA per split against a grid that stays resident, without and
+     * with the L2 prefetch of key batches ahead */
     static const int at_b[4] = {1, 2, 8, 16}, at_ctx[2] = {1024, 32768};
     for (int i = 0; i < 4; i++)
         for (int k = 0; k < 2; k++) {
-            time_attn_decode(at_b[i], at_ctx[k], MEMRA_QT_F16, MEMRA_ATTN_MAX_SPLIT, 0, &r);
+            time_attn_decode(at_b[i], at_ctx[k], MEMRA_QT_F16, MEMRA_ATTN_MAX_SPLIT, 0, 0, &r);
             time_attn_decode(at_b[i], at_ctx[k], MEMRA_QT_F16, MEMRA_ATTN_MAX_SPLIT,
-                             MEMRA_ATTN_SPLIT_CTAS_AUTO, &r);
+                             MEMRA_ATTN_SPLIT_CTAS_AUTO, 0, &r);
+            time_attn_decode(at_b[i], at_ctx[k], MEMRA_QT_F16, MEMRA_ATTN_MAX_SPLIT, 0, 2, &r);
+            time_attn_decode(at_b[i], at_ctx[k], MEMRA_QT_F16, MEMRA_ATTN_MAX_SPLIT,
+                             MEMRA_ATTN_SPLIT_CTAS_AUTO, 4, &r);
         }
     /* gdn_step: the launcher's choice, then each split with the bulk prefetch on / off */
     static const int gdn_b[5] = {1, 2, 4, 8, 16};
@@ -1739,7 +1792,7 @@ Suite *make_ops_gpu_suite(void)
     GPU_ADD_CASE(s, "moe_route", test_moe_route);
     GPU_ADD_CASE(s, "attn_prep", test_attn_prep, test_attn_rejects);
     GPU_ADD_CASE(s, "attn_decode", test_attn_decode, test_attn_decode_splits,
-                 test_attn_decode_lengths, test_attn_decode_split_ctas);
+                 test_attn_decode_lengths, test_attn_decode_split_ctas, test_attn_decode_prefetch);
     GPU_ADD_CASE(s, "gdn_step", test_gdn_step, test_gdn_rejects);
     GPU_ADD_CASE(s, "sample", test_sample, test_sample_draws, test_sample_edges);
     GPU_ADD_CASE(s, "exact_math", test_exact_math_gpu);
