@@ -884,41 +884,47 @@ START_TEST(test_attn_decode_lengths)
 }
 END_TEST
 
+/* A scheduling variant of one launch (split_ctas, prefetch): rows of 8193 keys (128 splits of
+ * 64), 1025 (17), 65 (2), 1 and one outside the cache share a 5-wide launch. Its bytes are
+ * the CPU reference's (which ignores both fields), the same on a second launch over the same
+ * buffers, and a row's bytes are the same alone at tier 1 (where AUTO picks another grid). */
+static void decode_sched(const attn_shape *sh, int kv, int split_ctas, int prefetch, tu_rng *r)
+{
+    static const int32_t pos[] = {8192, 1024, 64, 0, 8200};
+    decode_case c = {.sh = sh,
+                     .kv = kv,
+                     .b = 5,
+                     .n_ctx = 8200,
+                     .max_split = MEMRA_ATTN_MAX_SPLIT,
+                     .split_ctas = split_ctas,
+                     .prefetch = prefetch};
+    c.pos = halloc(sizeof pos);
+    memcpy(c.pos, pos, sizeof pos);
+    decode_fill(&c, r);
+    float *o;
+    uint8_t *yq;
+    decode_check(&c, &o, &yq);
+    decode_twice(&c);
+    decode_isolation(&c, o, yq, 0, 1, 0);
+    decode_isolation(&c, o, yq, 1, 1, 0);
+    teardown_allocs();
+}
+
 START_TEST(test_attn_decode_split_ctas)
 {
     GPU_OR_SKIP();
     tu_rng r;
     tu_rng_seed(&r, 0xDEC3u);
     /* The split kernel on fewer CTAs than splits: CTA x takes splits x, x + n, ... of its row.
-     * Rows of 8193 (128 splits), 1025 (17), 65 (2) and 1 key(s) and a row outside the cache
-     * share each launch; split_ctas 1 (one CTA walks all 128 splits), 3, 16, 127, 500 (more
-     * than max_split: one per split), AUTO (b = 5: 4 x 132 SMs / (4 x 5) = 26 CTAs per (kv
-     * head, row) on the H200). Every one gives the CPU reference's bytes (the reference
-     * ignores split_ctas), and a row alone at tier 1 its bytes in the 5-wide launch. The
-     * generic kernel (dh96) always runs one CTA per split: it must ignore the field. */
-    static const int32_t pos[] = {8192, 1024, 64, 0, 8200};
+     * split_ctas 1 (one CTA walks all 128 splits), 3, 16, 127, 500 (more than max_split: one
+     * per split), AUTO (b = 5: 4 x 132 SMs / (4 x 5) = 26 CTAs per (kv head, row) on the
+     * H200). The generic kernel (dh96) always runs one CTA per split: it must ignore the
+     * field. */
     static const int ctas[] = {1, 3, 16, 127, 500, MEMRA_ATTN_SPLIT_CTAS_AUTO};
     const attn_shape *shapes[] = {&k_attn_shapes[1], &k_attn_shapes[3], &k_attn_shapes[7]};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
-        for (size_t k = 0; k < sizeof ctas / sizeof ctas[0]; k++) {
-            const int kv = (i + k) % 2 ? MEMRA_QT_Q8_0 : MEMRA_QT_F16;
-            decode_case c = {.sh = shapes[i],
-                             .kv = kv,
-                             .b = 5,
-                             .n_ctx = 8200,
-                             .max_split = MEMRA_ATTN_MAX_SPLIT,
-                             .split_ctas = ctas[k]};
-            c.pos = halloc(sizeof(int32_t) * (size_t)c.b);
-            memcpy(c.pos, pos, sizeof pos);
-            decode_fill(&c, &r);
-            float *o;
-            uint8_t *yq;
-            decode_check(&c, &o, &yq);
-            decode_twice(&c);
-            decode_isolation(&c, o, yq, 0, 1, 0);
-            decode_isolation(&c, o, yq, 1, 1, 0);
-            teardown_allocs();
-        }
+        for (size_t k = 0; k < sizeof ctas / sizeof ctas[0]; k++)
+            decode_sched(shapes[i], (i + k) % 2 ? MEMRA_QT_Q8_0 : MEMRA_QT_F16, ctas[k], 0, &r);
 }
 END_TEST
 
@@ -928,36 +934,17 @@ START_TEST(test_attn_decode_prefetch)
     tu_rng r;
     tu_rng_seed(&r, 0xDEC4u);
     /* The prefetching split kernel (a separate instantiation): each warp pulls batches pf
-     * ahead into L2, the first ones before its PDL wait. Rows of 8193 keys (128 splits of 64:
-     * 4 batches per warp at dh 256), 1025, 65, 1 and one outside the cache; pf 1, 2 and 8
-     * (beyond the last batch), with one CTA per split and with fewer CTAs (the later passes
-     * prefetch after the wait); every fast geometry, both cache types. The bytes are the CPU
-     * reference's, and a row's are the same alone at tier 1. */
-    static const int32_t pos[] = {8192, 1024, 64, 0, 8200};
-    static const int pfs[] = {1, 2, 8};
+     * ahead into L2, the first ones before its PDL wait. pf 1, 2 and 8 (beyond a warp's last
+     * batch at dh 256: 4 batches of 4 keys per split of 64), with one CTA per split and with
+     * fewer CTAs (whose later passes prefetch after the wait); every fast geometry, both
+     * cache types. */
+    static const int pfs[] = {1, 2, 8}, ctas[] = {0, 5, MEMRA_ATTN_SPLIT_CTAS_AUTO};
     const attn_shape *shapes[] = {&k_attn_shapes[1], &k_attn_shapes[2], &k_attn_shapes[3],
                                   &k_attn_shapes[5], &k_attn_dh512_g4};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
-        for (size_t k = 0; k < sizeof pfs / sizeof pfs[0]; k++) {
-            decode_case c = {.sh = shapes[i],
-                             .kv = (i + k) % 2 ? MEMRA_QT_Q8_0 : MEMRA_QT_F16,
-                             .b = 5,
-                             .n_ctx = 8200,
-                             .max_split = MEMRA_ATTN_MAX_SPLIT,
-                             .split_ctas = k == 1   ? 5
-                                           : k == 2 ? MEMRA_ATTN_SPLIT_CTAS_AUTO
-                                                    : 0,
-                             .prefetch = pfs[k]};
-            c.pos = halloc(sizeof(int32_t) * (size_t)c.b);
-            memcpy(c.pos, pos, sizeof pos);
-            decode_fill(&c, &r);
-            float *o;
-            uint8_t *yq;
-            decode_check(&c, &o, &yq);
-            decode_twice(&c);
-            decode_isolation(&c, o, yq, 0, 1, 0);
-            teardown_allocs();
-        }
+        for (size_t k = 0; k < sizeof pfs / sizeof pfs[0]; k++)
+            decode_sched(shapes[i], (i + k) % 2 ? MEMRA_QT_Q8_0 : MEMRA_QT_F16, ctas[k], pfs[k],
+                         &r);
 }
 END_TEST
 
