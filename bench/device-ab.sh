@@ -5,7 +5,10 @@
 #                                 bench/variants/NAME.patch applied (diff -u a/FILE b/FILE);
 #                                 a patch of .lua files is a planner variant: plans/*.lua
 #                                 patched, run as memra-bench --planner-scripts (the plans it
-#                                 makes in-process), no template change;
+#                                 makes in-process), no template change; bench/variants/
+#                                 NAME.args (no patch) is an option variant: memra-bench
+#                                 options (scheduling A/Bs such as --attn-split-ctas auto)
+#                                 added to the run, embedded templates;
 #                                 then carry .carry/ab and the bench carry (device-bench.sh carry)
 #   bench/device-ab.sh VARIANT...   THERE (repository root, the bench carry carried)
 # A variant is a folder of AB_DIR (default .carry/ab) holding template files named like the
@@ -34,6 +37,11 @@ if [ "${1:-}" = prepare ]; then
   shift
   for v in "$@"; do
     rm -rf ".carry/ab/$v" && mkdir -p ".carry/ab/$v"
+    if [ -f "bench/variants/$v.args" ]; then # an option variant
+      cp "bench/variants/$v.args" ".carry/ab/$v/ARGS" && echo args >".carry/ab/$v/KIND"
+      echo ".carry/ab/$v: memra-bench $(cat ".carry/ab/$v/ARGS")"
+      continue
+    fi
     if grep -q '^+++ b/[^ ]*\.lua' "bench/variants/$v.patch"; then # a planner variant
       cp plans/*.lua ".carry/ab/$v/" && echo plans >".carry/ab/$v/KIND"
     else
@@ -60,6 +68,7 @@ fi
 export XDG_CACHE_HOME=/tmp/memra-cache-ab
 field() { printf '%s' "$1" | sed -nE "s/.*\"$2\":([^,}]*).*/\1/p"; } # a JSON line's number
 planner_variant() { [ "$1" != base ] && [ "$(cat "$abdir/$1/KIND" 2>/dev/null)" = plans ]; } # prepare's mark
+option_variant() { [ "$1" != base ] && [ "$(cat "$abdir/$1/KIND" 2>/dev/null)" = args ]; }
 deadline=$(($(date +%s) + ${BUDGET:-420}))
 preset=${PRESET:-9b}
 model=/tmp/memra-$preset.gguf
@@ -75,6 +84,8 @@ for round in $(seq 1 "${AB_ROUNDS:-2}"); do
     tpl= scripts=()
     if planner_variant "$v"; then
       scripts=(--planner-scripts "$abdir/$v") # plans made by the variant's Lua planner
+    elif option_variant "$v"; then
+      read -r -a scripts <"$abdir/$v/ARGS" # its memra-bench options, embedded templates
     elif [ "$v" != base ]; then
       tpl=$abdir/$v
     fi
@@ -112,6 +123,10 @@ if [ -n "${AB_TESTS:-}" ]; then
     [ "$v" = base ] && continue
     if planner_variant "$v"; then # the tests plan with plans/
       echo "$v tests: n/a (a planner variant: its logits column is the check)" >>"$out/ab.txt"
+      continue
+    fi
+    if option_variant "$v"; then # the embedded templates: the logits column is the check
+      echo "$v tests: n/a (an option variant: its logits column is the check)" >>"$out/ab.txt"
       continue
     fi
     for t in memra-gpu-tests memra-gpu-backend-tests; do
