@@ -647,7 +647,7 @@ using split_kernel = void (*)(memra_attn_decode_args, attn_geom);
  * (K's occupancy x the SM count over n_head_kv * b, at least 1, at most max_split), so no
  * CTA waits for a slot only to find its split empty: with one CTA per split up to max_split,
  * a row of len keys leaves max_split - ceil(len / 64) of its CTAs nothing to do (at the 9b's
- * depth 1024, 112 of 128), and at b = 16 that grid is 15 waves of 4 CTAs per SM. */
+ * depth 1024, 1025 keys: 111 of 128), and at b = 16 that grid is 15 waves of 4 CTAs per SM. */
 template <split_kernel K>
 cudaError_t launch_split_kernel(const memra_attn_decode_args *a, const attn_geom &g, cudaStream_t s)
 {
