@@ -50,6 +50,7 @@ void memra_bench_opts_init(memra_bench_opts *o)
     o->norm_release = -1;
     o->attn_split_ctas = MEMRA_BENCH_UNSET;
     o->attn_prefetch = MEMRA_BENCH_UNSET;
+    o->gdn_prefetch = MEMRA_BENCH_UNSET;
     o->synthetic = 1;
     o->backend = bench_be_available(MEMRA_BENCH_CUDA) ? MEMRA_BENCH_CUDA : MEMRA_BENCH_CPU;
     o->seed = 1;
@@ -555,6 +556,7 @@ static int eng_open(bench_ctx *c, bench_eng *e, const char *plan_dir, int graphs
                               .norm_release = c->o->norm_release,
                               .attn_split_ctas = c->o->attn_split_ctas,
                               .attn_prefetch = c->o->attn_prefetch,
+                              .gdn_prefetch = c->o->gdn_prefetch,
                               .device = c->o->device};
     const double t0 = now_ms();
     MEMRA_TRY(bench_be_open(&e->be, c->o->backend, plan_dir, c->g, &bo, err));

@@ -62,6 +62,8 @@ typedef struct memra_bench_opts {
                                     (bit b: tier b) for memra_cuda_opts.norm_release_tiers */
     int attn_prefetch;           /* MEMRA_BENCH_UNSET (default): the backend's default; else
                                     memra_cuda_opts.attn_prefetch (key batches ahead, 0..8) */
+    int gdn_prefetch;            /* MEMRA_BENCH_UNSET (default): the backend's default; else
+                                    memra_cuda_opts.gdn_prefetch (state-row tasks ahead, 0..4) */
     int attn_split_ctas;         /* MEMRA_BENCH_UNSET (default): the backend's default; else
                                     memra_cuda_opts.attn_split_ctas (0 one CTA per split, N, or
                                     -1 auto): attention's split grid, an A/B of scheduling */

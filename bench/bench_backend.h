@@ -39,6 +39,7 @@ typedef struct bench_be_opts {
     int norm_release; /* CUDA: -1 the default, else opts.norm_release_tiers */
     int attn_split_ctas; /* CUDA: MEMRA_BENCH_UNSET the default, else opts.attn_split_ctas */
     int attn_prefetch;   /* CUDA: MEMRA_BENCH_UNSET the default, else opts.attn_prefetch */
+    int gdn_prefetch;    /* CUDA: MEMRA_BENCH_UNSET the default, else opts.gdn_prefetch */
     int device;
 } bench_be_opts;
 

@@ -8,7 +8,7 @@
  *               [--plot FILE.svg] [--backend cuda|cpu] [--device N] [--seed N]
  *               [--prefill synthetic|decode] [--no-isolation] [--copy-mib N]
  *               [--copy-reps N] [--norm-release TIERS|none]
- *               [--attn-split-ctas N|max|auto] [--attn-prefetch N] [-q]
+ *               [--attn-split-ctas N|max|auto] [--attn-prefetch N] [--gdn-prefetch N] [-q]
  *
  * Prints the configuration header, the human table, the JSON lines (also to --json FILE)
  * and the PASS/MISS lines of the targets the configuration covers; progress goes to stderr
@@ -33,7 +33,8 @@ static void usage(FILE *f)
                "                   [--backend cuda|cpu] [--device N] [--seed N]\n"
                "                   [--prefill synthetic|decode] [--no-isolation]\n"
                "                   [--copy-mib N] [--copy-reps N] [--norm-release TIERS|none]\n"
-               "                   [--attn-split-ctas N|max|auto] [--attn-prefetch N] [-q]\n");
+               "                   [--attn-split-ctas N|max|auto] [--attn-prefetch N]\n"
+               "                   [--gdn-prefetch N] [-q]\n");
 }
 
 static int parse_u32(const char *s, uint32_t max, uint32_t *out)
@@ -113,6 +114,8 @@ static int parse_opt(const char *a, const char *v, memra_bench_opts *o)
         o->attn_split_ctas = (int)u;
     else if (!strcmp(a, "--attn-prefetch") && !parse_u32(v, 8, &u))
         o->attn_prefetch = (int)u;
+    else if (!strcmp(a, "--gdn-prefetch") && !parse_u32(v, 4, &u))
+        o->gdn_prefetch = (int)u;
     else
         return -1;
     return 0;

@@ -54,7 +54,7 @@ static uint32_t norm_release_tiers(int mask, uint32_t *out)
 void memra_bench_print_header(const memra_bench_report *r, FILE *f)
 {
     const memra_bench_opts *o = &r->opts;
-    char tiers[96], depths[160], norm_release[120] = "", attn[96] = "";
+    char tiers[96], depths[160], norm_release[120] = "", sched[128] = "";
     list_str(o->tiers, o->n_tiers, tiers, sizeof tiers);
     list_str(o->depths, o->n_depths, depths, sizeof depths);
     if (o->norm_release == 0)
@@ -65,12 +65,16 @@ void memra_bench_print_header(const memra_bench_report *r, FILE *f)
         list_str(nr, norm_release_tiers(o->norm_release, nr), list, sizeof list);
         snprintf(norm_release, sizeof norm_release, " --norm-release %s", list);
     }
+    /* the scheduling options given (absent: the backend's defaults) */
     if (o->attn_split_ctas != MEMRA_BENCH_UNSET)
-        snprintf(attn, sizeof attn, " --attn-split-ctas %s",
+        snprintf(sched, sizeof sched, " --attn-split-ctas %s",
                  attn_split_ctas_str(o->attn_split_ctas));
     if (o->attn_prefetch != MEMRA_BENCH_UNSET)
-        snprintf(attn + strlen(attn), sizeof attn - strlen(attn), " --attn-prefetch %d",
+        snprintf(sched + strlen(sched), sizeof sched - strlen(sched), " --attn-prefetch %d",
                  o->attn_prefetch);
+    if (o->gdn_prefetch != MEMRA_BENCH_UNSET)
+        snprintf(sched + strlen(sched), sizeof sched - strlen(sched), " --gdn-prefetch %d",
+                 o->gdn_prefetch);
     fprintf(f, "memra-bench\n");
     fprintf(f,
             "  model     %s: \"%s\", %s, %u layers, n_embd %u, n_vocab %u, %s, %.3g %s "
@@ -92,7 +96,7 @@ void memra_bench_print_header(const memra_bench_report *r, FILE *f)
             "  options   --tiers %s --depths %s --ticks %u --warmup %u%s%s%s%s%s --seed %llu "
             "--prefill %s%s --copy-mib %u --copy-reps %u\n",
             tiers, depths, o->ticks, o->warmup, o->graphs ? "" : " --no-graph",
-            o->no_fusion ? " --no-fusion" : "", norm_release, attn, o->phases ? " --phases" : "",
+            o->no_fusion ? " --no-fusion" : "", norm_release, sched, o->phases ? " --phases" : "",
             (unsigned long long)o->seed, o->synthetic ? "synthetic" : "decode",
             o->isolation ? "" : " --no-isolation", o->copy_mib, o->copy_reps);
     fprintf(f, "  engine    n_ctx %u, %u slots, opened in %.0f ms%s\n", r->n_ctx, r->n_slots,
@@ -228,6 +232,8 @@ static json_t *config_json(const memra_bench_report *r)
                             json_string(attn_split_ctas_str(o->attn_split_ctas)));
     if (o->attn_prefetch != MEMRA_BENCH_UNSET) /* absent: the backend default (0) */
         json_object_set_new(j, "attn_prefetch", json_integer(o->attn_prefetch));
+    if (o->gdn_prefetch != MEMRA_BENCH_UNSET) /* absent: the backend default (0) */
+        json_object_set_new(j, "gdn_prefetch", json_integer(o->gdn_prefetch));
     json_object_set_new(j, "phases", json_boolean(o->phases));
     json_object_set_new(j, "isolation", json_boolean(o->isolation));
     json_object_set_new(j, "prefill", json_string(o->synthetic ? "synthetic" : "decode"));

@@ -125,6 +125,19 @@ __device__ __forceinline__ void prefetch_l2_bulk(const void *p, unsigned bytes)
                  : "memory");
 }
 
+/* Lane l's pieces of rows [jb, jb + G) of S_h^T (what load_rows reads) pulled into L2:
+ * prefetch_tasks, no registers held. */
+template <int VEC, int G> __device__ __forceinline__ void prefetch_rows(const float *St, int jb)
+{
+    constexpr int DK = 128 * VEC;
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int rr = 0; rr < G; rr++)
+#pragma unroll
+        for (int v = 0; v < VEC; v++)
+            prefetch_l2(St + (size_t)(jb + rr) * DK + 4 * lane + 128 * v);
+}
+
 /* Lane l's share of rows [jb, jb + G) of S_h^T: one warp task, all its 16-byte loads in
  * flight together (G * 512 * VEC bytes per warp). */
 template <int VEC, int G>
@@ -208,8 +221,10 @@ __device__ __forceinline__ int fast_channel(const gdn_geom &g, int DK, int ka, i
 }
 
 /* One CTA per (value-head part, row b); see the file comment. VEC: dk / 128; W: warps; G:
- * state rows per warp task. */
-template <int VEC, int W, int G>
+ * state rows per warp task; PF: the prefetch_tasks kernel (its own instantiation, so the
+ * default kernel keeps its registers): tasks grp + W (1 + d), d = 1..prefetch_tasks, of a
+ * warp at task grp are pulled into L2, the first ones before the PDL wait. */
+template <int VEC, int W, int G, bool PF>
 __global__ void __launch_bounds__(W * 32, W == kFastWarpsLarge ? 4 : 2)
     gdn_step_fast(memra_gdn_step_args a, gdn_geom g)
 {
@@ -233,6 +248,10 @@ __global__ void __launch_bounds__(W * 32, W == kFastWarpsLarge ? 4 : 2)
     float4 cur[G][VEC];
     if (warp < ntask)
         load_rows<VEC, G>(St, j_lo + G * warp, cur);
+    const int ahead = PF ? a.prefetch_tasks : 0;
+    if (PF) /* the tasks after the next (which loads into registers at the loop's first step) */
+        for (int d = 1; d <= ahead && warp + W * d < ntask; d++)
+            prefetch_rows<VEC, G>(St, j_lo + G * (warp + W * d));
     if (g.bulk && warp == W - 1 && ntask > W) {
         const char *p0 = (const char *)(St + (size_t)(j_lo + G * W) * DK);
         const unsigned n = (unsigned)(rows - G * W) * DK * (unsigned)sizeof(float);
@@ -307,6 +326,8 @@ __global__ void __launch_bounds__(W * 32, W == kFastWarpsLarge ? 4 : 2)
         float4 nxt[G][VEC];
         if (more) /* the warp's next task, in flight during this one's arithmetic */
             load_rows<VEC, G>(St, jb + G * W, nxt);
+        if (PF && ahead > 0 && grp + W * (ahead + 1) < ntask)
+            prefetch_rows<VEC, G>(St, jb + G * W * (ahead + 1));
         if (!PIPE && grp != warp)
             load_rows<VEC, G>(St, jb, cur);
         const float o = delta_rows<VEC, G>(St, jb, k, q, uv, lambda, beta, cur);
@@ -447,13 +468,14 @@ template <int VEC>
 int launch_fast(const memra_gdn_step_args *a, const gdn_geom &g, bool large, cudaStream_t s)
 {
     void (*k)(memra_gdn_step_args, gdn_geom);
-    if (large) {
-        k = gdn_step_fast<VEC, kFastWarpsLarge, 8 / VEC>;
+    if (large) { /* several tasks per warp: where prefetch_tasks applies */
+        k = a->prefetch_tasks > 0 ? gdn_step_fast<VEC, kFastWarpsLarge, 8 / VEC, true>
+                                  : gdn_step_fast<VEC, kFastWarpsLarge, 8 / VEC, false>;
     } else {
         const int G = fast_small_rows(a->head_v_dim / g.split, VEC);
-        k = G == 4 ? gdn_step_fast<VEC, kFastWarpsSmall, 4>
-          : G == 8 ? gdn_step_fast<VEC, kFastWarpsSmall, 8>
-                   : gdn_step_fast<VEC, kFastWarpsSmall, 16 / VEC>;
+        k = G == 4   ? gdn_step_fast<VEC, kFastWarpsSmall, 4, false>
+            : G == 8 ? gdn_step_fast<VEC, kFastWarpsSmall, 8, false>
+                     : gdn_step_fast<VEC, kFastWarpsSmall, 16 / VEC, false>;
     }
     const dim3 grid(a->n_v_head * g.split, a->b);
     const dim3 blk((large ? kFastWarpsLarge : kFastWarpsSmall) * 32);

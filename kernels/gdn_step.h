@@ -36,6 +36,9 @@
  *   conv: [Cc][K-1], element (c, t) at c*(K-1) + t
  *   ssm:  [Hv][dv][dk], S_h[i, j] (i key, j value) at h*dv*dk + j*dk + i (S^T, value-major)
  * Row b touches only row b's inputs and its own state.
+ * Scheduling, never the bits: prefetch_tasks (the CUDA fast kernel's 4-warp form, the one
+ * large grids take) has each warp pull its state-row tasks that many beyond the one it holds
+ * in registers into L2 (the CPU reference ignores it).
  */
 #ifndef MEMRA_KERNEL_GDN_STEP_H
 #define MEMRA_KERNEL_GDN_STEP_H
@@ -44,6 +47,8 @@
 
 #define MEMRA_GDN_MAX_HEAD_DIM 1024
 #define MEMRA_GDN_MAX_CONV_KERNEL 64
+/* memra_gdn_step_args.prefetch_tasks: 0 (default, none) .. this */
+#define MEMRA_GDN_MAX_PREFETCH 4
 
 enum { MEMRA_GDN_HEADS_TILED = 0, MEMRA_GDN_HEADS_GROUPED = 1 };
 
@@ -68,6 +73,7 @@ typedef struct memra_gdn_step_args {
     int32_t head_map;           /* MEMRA_GDN_HEADS_TILED | MEMRA_GDN_HEADS_GROUPED */
     int32_t b;
     float eps;                  /* rms eps, also the L2-norm floor */
+    int32_t prefetch_tasks;     /* CUDA scheduling only: 0..MEMRA_GDN_MAX_PREFETCH (above) */
 } memra_gdn_step_args;
 
 static inline const char *memra_gdn_step_check(const memra_gdn_step_args *a)
@@ -88,6 +94,8 @@ static inline const char *memra_gdn_step_check(const memra_gdn_step_args *a)
         return "unknown head mapping";
     if (!(a->eps >= 0.0f))
         return "eps is negative or NaN";
+    if (a->prefetch_tasks < 0 || a->prefetch_tasks > MEMRA_GDN_MAX_PREFETCH)
+        return "prefetch_tasks out of range 0..4";
     return 0;
 }
 

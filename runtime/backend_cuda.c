@@ -708,6 +708,8 @@ static int bind_plan(memra_cuda_backend *be, uint32_t t, uint32_t s, memra_err *
             L->a.attn_decode.split_ctas = be->opts.attn_split_ctas;
             L->a.attn_decode.prefetch_batches = be->opts.attn_prefetch;
         }
+        if (l->op == MEMRA_OP_GDN_STEP) /* scheduling, never the bytes */
+            L->a.gdn_step.prefetch_tasks = be->opts.gdn_prefetch;
     }
     fold_pairs(be, cp, t);
     return MEMRA_OK;
@@ -907,11 +909,14 @@ int memra_cuda_backend_open(const char *plan_dir, const memra_gguf *g, const mem
         goto fail;
     }
     if (be->opts.attn_split_ctas < MEMRA_ATTN_SPLIT_CTAS_AUTO || be->opts.attn_prefetch < 0 ||
-        be->opts.attn_prefetch > MEMRA_ATTN_MAX_PREFETCH) {
-        rc = MEMRA_FAIL(err, MEMRA_ERR_INVALID_ARG,
-                        "attn_split_ctas = %d (0, a CTA count, or MEMRA_ATTN_SPLIT_CTAS_AUTO = -1) "
-                        "or attn_prefetch = %d (0..%d) out of range",
-                        be->opts.attn_split_ctas, be->opts.attn_prefetch, MEMRA_ATTN_MAX_PREFETCH);
+        be->opts.attn_prefetch > MEMRA_ATTN_MAX_PREFETCH || be->opts.gdn_prefetch < 0 ||
+        be->opts.gdn_prefetch > MEMRA_GDN_MAX_PREFETCH) {
+        rc =
+            MEMRA_FAIL(err, MEMRA_ERR_INVALID_ARG,
+                       "attn_split_ctas = %d (0, a CTA count, or MEMRA_ATTN_SPLIT_CTAS_AUTO = -1), "
+                       "attn_prefetch = %d (0..%d) or gdn_prefetch = %d (0..%d) out of range",
+                       be->opts.attn_split_ctas, be->opts.attn_prefetch, MEMRA_ATTN_MAX_PREFETCH,
+                       be->opts.gdn_prefetch, MEMRA_GDN_MAX_PREFETCH);
         goto fail;
     }
     MEMRA_TRY(open_device(be, err)); /* first: without a GPU nothing else matters */

@@ -98,6 +98,11 @@ typedef struct memra_cuda_opts {
                              ahead of the one it computes into L2, the first ones before its
                              PDL wait (0, the default: none; 1..MEMRA_ATTN_MAX_PREFETCH; a
                              kernel of its own: scheduling only, the same bytes) */
+    int gdn_prefetch;     /* gdn_step's 4-warp kernel (grids past 2 CTAs per SM, e.g. the 9b at
+                             B = 16): each warp pulls its state-row tasks this many beyond the
+                             one it holds into L2, the first ones before its PDL wait (0, the
+                             default: none; 1..MEMRA_GDN_MAX_PREFETCH; its own kernel;
+                             scheduling only, the same bytes) */
     int sync_launches;    /* 0 (default); 1: eager ticks synchronize after every launch, so
                              an asynchronous fault names its launch (debugging; slow) */
     uint32_t staging_mib; /* pinned staging chunk of the weight upload, MiB (default 64) */

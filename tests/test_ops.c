@@ -1857,6 +1857,11 @@ START_TEST(test_bad_args)
                               .n_k_head = 2, .n_v_head = 3, .head_k_dim = 32, .head_v_dim = 32,
                               .conv_k = 4, .b = 1, .eps = 1e-6f};
     ck_assert_int_eq(memra_gdn_step_ref(&gd), MEMRA_ERR_INVALID_ARG);
+    gd.n_v_head = 2;
+    gd.prefetch_tasks = MEMRA_GDN_MAX_PREFETCH;
+    ck_assert_ptr_null(memra_gdn_step_check(&gd)); /* scheduling: the reference ignores it */
+    gd.prefetch_tasks = MEMRA_GDN_MAX_PREFETCH + 1;
+    ck_assert_str_eq(memra_gdn_step_check(&gd), "prefetch_tasks out of range 0..4");
     memra_silu_mul_q8_args sm = {.b = 1, .n_slots = 1};
     sm.slot[0] = (memra_silu_mul_q8_slot){.g = f, .u = f, .y_q = q, .n = 16, .m = 1};
     ck_assert_int_eq(memra_silu_mul_q8_ref(&sm), MEMRA_ERR_INVALID_ARG);

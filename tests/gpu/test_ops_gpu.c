@@ -1037,19 +1037,34 @@ static void gdn_init(gdn_case *c, const gdn_shape *sh, int b, tu_rng *r)
 }
 
 /* One step's activations (host). */
+/* prefetch_tasks of the cases that follow (test_gdn_step sets it around a group of cases) */
+static int g_gdn_prefetch;
+
 static memra_gdn_step_args gdn_step_inputs(const gdn_case *c, tu_rng *r)
 {
     const gdn_shape *sh = c->sh;
-    memra_gdn_step_args a = {.qkv = rand_vec(r, (size_t)c->b * (size_t)c->cc, 1.0f),
-                             .z = rand_vec(r, (size_t)c->b * (size_t)c->cv, 1.0f),
-                             .beta = rand_vec(r, (size_t)c->b * (size_t)sh->hv, 1.0f),
-                             .alpha = rand_vec(r, (size_t)c->b * (size_t)sh->hv, 1.0f),
-                             .conv_w = c->conv_w, .dt_bias = c->dt_bias, .ssm_a = c->ssm_a, .norm_w = c->norm_w,
-                             .conv_state = c->conv.htab, .ssm_state = c->ssm.htab,
-                             .y_q = halloc((size_t)c->b * (size_t)c->cv / 32 * sizeof(memra_block_q8_1)),
-                             .o = halloc(sizeof(float) * (size_t)c->b * (size_t)c->cv), .n_k_head = sh->hk,
-                             .n_v_head = sh->hv, .head_k_dim = sh->dk, .head_v_dim = sh->dv, .conv_k = sh->conv_k,
-                             .head_map = sh->head_map, .b = c->b, .eps = 1e-6f};
+    memra_gdn_step_args a = {
+        .qkv = rand_vec(r, (size_t)c->b * (size_t)c->cc, 1.0f),
+        .z = rand_vec(r, (size_t)c->b * (size_t)c->cv, 1.0f),
+        .beta = rand_vec(r, (size_t)c->b * (size_t)sh->hv, 1.0f),
+        .alpha = rand_vec(r, (size_t)c->b * (size_t)sh->hv, 1.0f),
+        .conv_w = c->conv_w,
+        .dt_bias = c->dt_bias,
+        .ssm_a = c->ssm_a,
+        .norm_w = c->norm_w,
+        .conv_state = c->conv.htab,
+        .ssm_state = c->ssm.htab,
+        .y_q = halloc((size_t)c->b * (size_t)c->cv / 32 * sizeof(memra_block_q8_1)),
+        .o = halloc(sizeof(float) * (size_t)c->b * (size_t)c->cv),
+        .n_k_head = sh->hk,
+        .n_v_head = sh->hv,
+        .head_k_dim = sh->dk,
+        .head_v_dim = sh->dv,
+        .conv_k = sh->conv_k,
+        .head_map = sh->head_map,
+        .b = c->b,
+        .eps = 1e-6f,
+        .prefetch_tasks = g_gdn_prefetch};
     return a;
 }
 
@@ -1232,6 +1247,19 @@ START_TEST(test_gdn_step)
     memra_gdn_step_cuda_tune(0, 1);
     gdn_case_run(&k_gdn_shapes[0], 16, 2, &r);
     memra_gdn_step_cuda_tune(0, -1);
+    /* prefetch_tasks (the 4-warp kernel's own instantiation): tasks beyond the next pulled
+     * into L2, the first before the PDL wait. 9b b 16 (4 tasks per warp: prefetch 1 and 2
+     * reach the last, 4 runs past it), 27b b 16 (clusters of 3), 0.8b b 20 (no cluster),
+     * dk256-dv128 b 80 and dv256-grouped b 80 (8 tasks per warp). */
+    static const struct {
+        int shape, b, steps, pf;
+    } pfc[] = {{0, 16, 2, 1}, {0, 16, 1, 2},  {0, 16, 1, 4}, {2, 16, 1, 2},
+               {1, 20, 1, 1}, {10, 80, 1, 3}, {11, 80, 2, 2}};
+    for (size_t i = 0; i < sizeof pfc / sizeof pfc[0]; i++) {
+        g_gdn_prefetch = pfc[i].pf;
+        gdn_case_run(&k_gdn_shapes[pfc[i].shape], pfc[i].b, pfc[i].steps, &r);
+    }
+    g_gdn_prefetch = 0;
 }
 END_TEST
 
@@ -1241,6 +1269,30 @@ START_TEST(test_gdn_rejects)
     memra_gdn_step_args a = {0};
     ck_assert_int_eq(memra_gdn_step_cuda(&a, 0), MEMRA_ERR_INVALID_ARG);
     ck_assert_int_eq(memra_gdn_step_cuda(NULL, 0), MEMRA_ERR_INVALID_ARG);
+    float f[1];
+    uint64_t p[1];
+    uint8_t q[64];
+    a = (memra_gdn_step_args){.qkv = f,
+                              .z = f,
+                              .beta = f,
+                              .alpha = f,
+                              .conv_w = f,
+                              .dt_bias = f,
+                              .ssm_a = f,
+                              .norm_w = f,
+                              .conv_state = p,
+                              .ssm_state = p,
+                              .y_q = q,
+                              .n_k_head = 1,
+                              .n_v_head = 1,
+                              .head_k_dim = 128,
+                              .head_v_dim = 128,
+                              .conv_k = 4,
+                              .b = 1,
+                              .eps = 1e-6f,
+                              .prefetch_tasks = MEMRA_GDN_MAX_PREFETCH + 1};
+    ck_assert_int_eq(memra_gdn_step_cuda(&a, 0), MEMRA_ERR_INVALID_ARG);
+    ck_assert_str_eq(memra_cuda_ops_error(), "prefetch_tasks out of range 0..4");
 }
 END_TEST
 
@@ -1546,8 +1598,8 @@ static void time_attn_decode(int b, int ctx, int kv, int max_split, int split_ct
     teardown_allocs();
 }
 
-/* split / bulk: memra_gdn_step_cuda_tune (0 / -1: the launcher's choice) */
-static void time_gdn(int b, int split, int bulk, tu_rng *r)
+/* split / bulk: memra_gdn_step_cuda_tune (0 / -1: the launcher's choice); pf: prefetch_tasks */
+static void time_gdn(int b, int split, int bulk, int pf, tu_rng *r)
 {
     const int hk = 16, hv = 32, dk = 128, dv = 128, K = 4, cv = hv * dv, cc = 2 * hk * dk + cv; /* qwen35-9b */
     enum { SETS = 4 }; /* rotate 4 state sets: 4 x 32 MiB at b = 16 exceeds the 60 MB L2 */
@@ -1566,23 +1618,39 @@ static void time_gdn(int b, int split, int bulk, tu_rng *r)
     float *aw = halloc(sizeof(float) * hv);
     for (int h = 0; h < hv; h++)
         aw[h] = -1.0f;
-    memra_gdn_step_args a = {.qkv = dev_rand(r, (size_t)b * cc, 1.0f), .z = dev_rand(r, (size_t)b * cv, 1.0f),
-                             .beta = dev_rand(r, (size_t)b * hv, 1.0f), .alpha = dev_rand(r, (size_t)b * hv, 1.0f),
-                             .conv_w = dev_rand(r, (size_t)cc * K, 0.5f), .dt_bias = dev_rand(r, hv, 0.5f),
-                             .ssm_a = dup_h2d(aw, sizeof(float) * hv), .norm_w = dev_rand(r, dv, 1.0f),
-                             .y_q = dalloc((size_t)b * cv / 32 * sizeof(memra_block_q8_1)), .n_k_head = hk,
-                             .n_v_head = hv, .head_k_dim = dk, .head_v_dim = dv, .conv_k = K,
-                             .head_map = MEMRA_GDN_HEADS_TILED, .b = b, .eps = 1e-6f};
+    memra_gdn_step_args a = {.qkv = dev_rand(r, (size_t)b * cc, 1.0f),
+                             .z = dev_rand(r, (size_t)b * cv, 1.0f),
+                             .beta = dev_rand(r, (size_t)b * hv, 1.0f),
+                             .alpha = dev_rand(r, (size_t)b * hv, 1.0f),
+                             .conv_w = dev_rand(r, (size_t)cc * K, 0.5f),
+                             .dt_bias = dev_rand(r, hv, 0.5f),
+                             .ssm_a = dup_h2d(aw, sizeof(float) * hv),
+                             .norm_w = dev_rand(r, dv, 1.0f),
+                             .y_q = dalloc((size_t)b * cv / 32 * sizeof(memra_block_q8_1)),
+                             .n_k_head = hk,
+                             .n_v_head = hv,
+                             .head_k_dim = dk,
+                             .head_v_dim = dv,
+                             .conv_k = K,
+                             .head_map = MEMRA_GDN_HEADS_TILED,
+                             .b = b,
+                             .eps = 1e-6f,
+                             .prefetch_tasks = pf};
     int set = 0;
     double us;
     memra_gdn_step_cuda_tune(split, bulk);
     TIME_OP((a.ssm_state = st[set % SETS], a.conv_state = ct[set++ % SETS], memra_gdn_step_cuda(&a, 0)), 20, us);
     memra_gdn_step_cuda_tune(0, -1);
-    char sp[12] = "auto", what[80];
+    char sp[12] = "auto", pfs[24] = "", what[112];
     if (split)
         snprintf(sp, sizeof sp, "%d", split);
-    snprintf(what, sizeof what, "gdn_step 9b b=%d split=%s bulk=%s (state read+write)", b, sp,
-             bulk < 0 ? "auto" : bulk ? "on" : "off");
+    if (pf)
+        snprintf(pfs, sizeof pfs, " prefetch=%d", pf);
+    snprintf(what, sizeof what, "gdn_step 9b b=%d split=%s bulk=%s%s (state read+write)", b, sp,
+             bulk < 0 ? "auto"
+             : bulk   ? "on"
+                      : "off",
+             pfs);
     report(what, us, 2.0 * (double)sb * b);
     teardown_allocs();
 }
@@ -1680,11 +1748,15 @@ START_TEST(test_timing)
     /* gdn_step: the launcher's choice, then each split with the bulk prefetch on / off */
     static const int gdn_b[5] = {1, 2, 4, 8, 16};
     for (int i = 0; i < 5; i++) {
-        time_gdn(gdn_b[i], 0, -1, &r);
+        time_gdn(gdn_b[i], 0, -1, 0, &r);
         for (int sp = 1; sp <= 4; sp *= 2)
             for (int bulk = 0; bulk <= 1; bulk++)
-                time_gdn(gdn_b[i], sp, bulk, &r);
+                time_gdn(gdn_b[i], sp, bulk, 0, &r);
     }
+    /* the 4-warp kernel (b 12, 16) with its state-row tasks prefetched 1 and 2 ahead */
+    for (int b = 12; b <= 16; b += 4)
+        for (int pf = 0; pf <= 2; pf++)
+            time_gdn(b, 0, -1, pf, &r);
     time_small_ops(&r);
     time_prep_sample(&r);
 }
