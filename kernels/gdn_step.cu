@@ -125,9 +125,10 @@ __device__ __forceinline__ void prefetch_l2_bulk(const void *p, unsigned bytes)
                  : "memory");
 }
 
-/* Lane l's pieces of rows [jb, jb + G) of S_h^T (what load_rows reads) pulled into L2:
- * prefetch_tasks, no registers held. */
-template <int VEC, int G> __device__ __forceinline__ void prefetch_rows(const float *St, int jb)
+/* f(rr, v, p) for lane l's 16-byte pieces p of rows [jb, jb + G) of S_h^T: piece v of row
+ * jb + rr, elements 4 l + 128 v .. + 3 (the canonical dk lane layout). */
+template <int VEC, int G, typename F>
+__device__ __forceinline__ void for_row_pieces(const float *St, int jb, F f)
 {
     constexpr int DK = 128 * VEC;
     const int lane = threadIdx.x & 31;
@@ -135,7 +136,7 @@ template <int VEC, int G> __device__ __forceinline__ void prefetch_rows(const fl
     for (int rr = 0; rr < G; rr++)
 #pragma unroll
         for (int v = 0; v < VEC; v++)
-            prefetch_l2(St + (size_t)(jb + rr) * DK + 4 * lane + 128 * v);
+            f(rr, v, St + (size_t)(jb + rr) * DK + 4 * lane + 128 * v);
 }
 
 /* Lane l's share of rows [jb, jb + G) of S_h^T: one warp task, all its 16-byte loads in
@@ -143,13 +144,14 @@ template <int VEC, int G> __device__ __forceinline__ void prefetch_rows(const fl
 template <int VEC, int G>
 __device__ __forceinline__ void load_rows(const float *St, int jb, float4 (&s)[G][VEC])
 {
-    constexpr int DK = 128 * VEC;
-    const int lane = threadIdx.x & 31;
-#pragma unroll
-    for (int rr = 0; rr < G; rr++)
-#pragma unroll
-        for (int v = 0; v < VEC; v++)
-            s[rr][v] = *(const float4 *)(St + (size_t)(jb + rr) * DK + 4 * lane + 128 * v);
+    for_row_pieces<VEC, G>(St, jb,
+                           [&](int rr, int v, const float *p) { s[rr][v] = *(const float4 *)p; });
+}
+
+/* The same pieces pulled into L2 (prefetch_tasks): no registers held. */
+template <int VEC, int G> __device__ __forceinline__ void prefetch_rows(const float *St, int jb)
+{
+    for_row_pieces<VEC, G>(St, jb, [](int, int, const float *p) { prefetch_l2(p); });
 }
 
 /* The delta rule on one warp task: rows [jb, jb + G) of S_h^T (DK = 128 * VEC), held in s
