@@ -38,7 +38,9 @@ if [ "${1:-}" = prepare ]; then
   for v in "$@"; do
     rm -rf ".carry/ab/$v" && mkdir -p ".carry/ab/$v"
     if [ -f "bench/variants/$v.args" ]; then # an option variant
-      cp "bench/variants/$v.args" ".carry/ab/$v/ARGS" && echo args >".carry/ab/$v/KIND"
+      [ -f "bench/variants/$v.patch" ] && { echo "bench/variants/$v: both .args and .patch" >&2; exit 2; }
+      printf '%s\n' "$(tr -d '\r' <"bench/variants/$v.args" | tr '\n' ' ')" >".carry/ab/$v/ARGS" # one line
+      echo args >".carry/ab/$v/KIND"
       echo ".carry/ab/$v: memra-bench $(cat ".carry/ab/$v/ARGS")"
       continue
     fi

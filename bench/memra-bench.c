@@ -21,7 +21,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attn_decode.h"
 #include "bench.h"
+#include "gdn_step.h"
 
 static void usage(FILE *f)
 {
@@ -112,9 +114,9 @@ static int parse_opt(const char *a, const char *v, memra_bench_opts *o)
         o->attn_split_ctas = !strcmp(v, "max") ? 0 : -1;
     else if (!strcmp(a, "--attn-split-ctas") && !parse_u32(v, 65535, &u) && u)
         o->attn_split_ctas = (int)u;
-    else if (!strcmp(a, "--attn-prefetch") && !parse_u32(v, 8, &u))
+    else if (!strcmp(a, "--attn-prefetch") && !parse_u32(v, MEMRA_ATTN_MAX_PREFETCH, &u))
         o->attn_prefetch = (int)u;
-    else if (!strcmp(a, "--gdn-prefetch") && !parse_u32(v, 4, &u))
+    else if (!strcmp(a, "--gdn-prefetch") && !parse_u32(v, MEMRA_GDN_MAX_PREFETCH, &u))
         o->gdn_prefetch = (int)u;
     else
         return -1;

@@ -83,10 +83,11 @@ template <int KV, bool A8> struct kv8;
 template <bool A8> struct kv8<MEMRA_QT_F16, A8> {
     uint4 r;
     __device__ __forceinline__ void load(const u8 *entry, int d0) { r = __ldg((const uint4 *)(entry + 2 * d0)); }
+    /* the byte offset of what load reads (the prefetch target) */
     static __device__ __forceinline__ int offset(int d0)
     {
         return 2 * d0;
-    } /* of what load reads */
+    }
     __device__ __forceinline__ void zero() { r = make_uint4(0, 0, 0, 0); }
     __device__ __forceinline__ void to_f32(float *f) const
     {
@@ -108,6 +109,8 @@ template <bool A8> struct kv8<MEMRA_QT_F16, A8> {
  * so no load leaves the entry), else four 2-byte loads. */
 template <bool A8> struct kv8<MEMRA_QT_Q8_0, A8> {
     u32 lo, hi, d;
+    /* the byte offset of the codes load reads (the prefetch target; their block's scale lies
+     * 2 + d0 % 32 bytes before, in the same line or the one before) */
     static __device__ __forceinline__ int offset(int d0)
     {
         return 34 * (d0 / 32) + 2 + d0 % 32;
@@ -642,80 +645,100 @@ __global__ void __launch_bounds__(kCombineWarps * 32) attn_combine(memra_attn_de
 
 using split_kernel = void (*)(memra_attn_decode_args, attn_geom);
 
-/* Launches split kernel K on split_ctas CTAs per (kv head, row) along x (the header's
- * encoding; 0 = max_split). AUTO: the most that keep every CTA of the grid resident at once
- * (K's occupancy x the SM count over n_head_kv * b, at least 1, at most max_split), so no
- * CTA waits for a slot only to find its split empty: with one CTA per split up to max_split,
- * a row of len keys leaves max_split - ceil(len / 64) of its CTAs nothing to do (at the 9b's
- * depth 1024, 1025 keys: 111 of 128), and at b = 16 that grid is 15 waves of 4 CTAs per SM. */
-template <split_kernel K>
-cudaError_t launch_split_kernel(const memra_attn_decode_args *a, const attn_geom &g, cudaStream_t s)
+/* The split grid's x of kernel K: split_ctas CTAs per (kv head, row) (the header's encoding;
+ * 0 = max_split). AUTO: the most that keep every CTA of the grid resident at once (K's
+ * occupancy x the SM count over n_head_kv * b, at least 1, at most max_split), so no CTA
+ * waits for a slot only to find its split empty: with one CTA per split up to max_split, a
+ * row of len keys leaves max_split - ceil(len / 64) of its CTAs nothing to do (at the 9b's
+ * depth 1024, 1025 keys: 111 of 128), and at b = 16 that grid is 15.5 waves of 4 CTAs per SM.
+ * The occupancy is K's on sm_90 (every device this build runs on has its limits), cached once
+ * known; a failed query (its error cleared) gives max_split for this launch. */
+template <split_kernel K> int split_grid_x(const memra_attn_decode_args *a)
 {
-    static std::atomic<int> occupancy{0}; /* K's CTAs per SM, queried once */
-    int x = a->split_ctas > 0 && a->split_ctas < a->max_split ? a->split_ctas : a->max_split;
-    if (a->split_ctas == MEMRA_ATTN_SPLIT_CTAS_AUTO) {
-        int per_sm = occupancy.load(std::memory_order_relaxed);
-        if (per_sm == 0) {
-            if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, K, kWarps * 32, 0) !=
-                    cudaSuccess ||
-                per_sm < 1)
-                per_sm = 1;
-            occupancy.store(per_sm, std::memory_order_relaxed);
+    static std::atomic<int> occupancy{0}; /* K's CTAs per SM */
+    if (a->split_ctas != MEMRA_ATTN_SPLIT_CTAS_AUTO)
+        return a->split_ctas > 0 && a->split_ctas < a->max_split ? a->split_ctas : a->max_split;
+    int per_sm = occupancy.load(std::memory_order_relaxed);
+    if (per_sm == 0) {
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, K, kWarps * 32, 0) !=
+                cudaSuccess ||
+            per_sm < 1) {
+            (void)cudaGetLastError();
+            return a->max_split;
         }
-        const long fit = (long)per_sm * memra_cuda_sm_count() / ((long)a->n_head_kv * a->b);
-        x = fit < 1 ? 1 : fit < a->max_split ? (int)fit : a->max_split;
+        occupancy.store(per_sm, std::memory_order_relaxed);
+    }
+    const long fit = (long)per_sm * memra_cuda_sm_count() / ((long)a->n_head_kv * a->b);
+    return fit < 1 ? 1 : fit < a->max_split ? (int)fit : a->max_split;
+}
+
+/* Launches split kernel K on its grid; with grid_x non-NULL only says the grid's x. */
+template <split_kernel K>
+cudaError_t launch_split_kernel(const memra_attn_decode_args *a, const attn_geom &g, cudaStream_t s,
+                                int *grid_x)
+{
+    const int x = split_grid_x<K>(a);
+    if (grid_x) {
+        *grid_x = x;
+        return cudaSuccess;
     }
     const dim3 grid((unsigned)x, (unsigned)a->n_head_kv, (unsigned)a->b);
     return cuda_ops_launch(K, grid, dim3(kWarps * 32), 0, s, 1, *a, g);
 }
 
 template <int DH, int KV, bool PF>
-cudaError_t launch_fast(const memra_attn_decode_args *a, const attn_geom &g, cudaStream_t s)
+cudaError_t launch_fast(const memra_attn_decode_args *a, const attn_geom &g, cudaStream_t s,
+                        int *grid_x)
 {
     constexpr bool A8 = KV == MEMRA_QT_Q8_0 && DH % 128 == 0; /* 34 * DH / 32 % 8 == 0 */
     switch (MEMRA_ATTN_HG(DH, g.group)) { /* HG fixes U: part of the order (header) */
     case 1:
-        return launch_split_kernel<attn_split_fast<DH, 1, KV, A8, PF>>(a, g, s);
+        return launch_split_kernel<attn_split_fast<DH, 1, KV, A8, PF>>(a, g, s, grid_x);
     case 2:
-        return launch_split_kernel<attn_split_fast<DH, 2, KV, A8, PF>>(a, g, s);
+        return launch_split_kernel<attn_split_fast<DH, 2, KV, A8, PF>>(a, g, s, grid_x);
     case 4:
-        return launch_split_kernel<attn_split_fast<DH, 4, KV, A8, PF>>(a, g, s);
+        return launch_split_kernel<attn_split_fast<DH, 4, KV, A8, PF>>(a, g, s, grid_x);
     default: /* 8; never for DH > 256 */
-        return launch_split_kernel<attn_split_fast<DH, (DH > 256 ? 4 : 8), KV, A8, PF>>(a, g, s);
+        return launch_split_kernel<attn_split_fast<DH, (DH > 256 ? 4 : 8), KV, A8, PF>>(a, g, s,
+                                                                                        grid_x);
     }
 }
 
 template <int DH, int KV>
-cudaError_t launch_fast(const memra_attn_decode_args *a, const attn_geom &g, cudaStream_t s)
+cudaError_t launch_fast(const memra_attn_decode_args *a, const attn_geom &g, cudaStream_t s,
+                        int *grid_x)
 {
-    return a->prefetch_batches > 0 ? launch_fast<DH, KV, true>(a, g, s)
-                                   : launch_fast<DH, KV, false>(a, g, s);
+    return a->prefetch_batches > 0 ? launch_fast<DH, KV, true>(a, g, s, grid_x)
+                                   : launch_fast<DH, KV, false>(a, g, s, grid_x);
 }
 
+/* The split kernel of a's shape (grid_x non-NULL: only its grid's x, nothing launched). */
 template <int KV>
-cudaError_t launch_split(const memra_attn_decode_args *a, const attn_geom &g, cudaStream_t s)
+cudaError_t launch_split(const memra_attn_decode_args *a, const attn_geom &g, cudaStream_t s,
+                         int *grid_x)
 {
     switch (a->head_dim) { /* the fast set of memra_attn_fast_dim */
     case 64:
-        return launch_fast<64, KV>(a, g, s);
+        return launch_fast<64, KV>(a, g, s, grid_x);
     case 128:
-        return launch_fast<128, KV>(a, g, s);
+        return launch_fast<128, KV>(a, g, s, grid_x);
     case 256:
-        return launch_fast<256, KV>(a, g, s);
+        return launch_fast<256, KV>(a, g, s, grid_x);
     case 512:
-        return launch_fast<512, KV>(a, g, s);
+        return launch_fast<512, KV>(a, g, s, grid_x);
     default: { /* one split per CTA whatever split_ctas says (a rare shape: not worth the
                 * registers a split loop takes in this kernel) */
         memra_attn_decode_args one = *a;
         one.split_ctas = 0;
-        return launch_split_kernel<attn_split_generic<KV>>(&one, g, s);
+        return launch_split_kernel<attn_split_generic<KV>>(&one, g, s, grid_x);
     }
     }
 }
 
 } /* namespace */
 
-extern "C" int memra_attn_decode_cuda(const memra_attn_decode_args *a, cudaStream_t s)
+/* The entry's checks and the geometry; MEMRA_OK or the refusal. */
+static int decode_prepare(const memra_attn_decode_args *a, attn_geom *g)
 {
     if (!a)
         return cuda_ops_invalid("attn_decode: null args");
@@ -726,12 +749,35 @@ extern "C" int memra_attn_decode_cuda(const memra_attn_decode_args *a, cudaStrea
         return cuda_ops_invalid("attn_decode: the CUDA kernel needs scratch [b, n_head, max_split, head_dim + 2]");
     if (a->b > 65535 || a->n_head_kv > 65535)
         return cuda_ops_invalid("attn_decode: b or n_head_kv exceeds the grid limit 65535");
+    g->group = a->n_head / a->n_head_kv;
+    g->pstride = a->head_dim + 2;
+    g->hb = memra_kv_head_bytes(a->kv_type, a->head_dim);
+    return MEMRA_OK;
+}
+
+extern "C" int memra_attn_decode_cuda_split_ctas(const memra_attn_decode_args *a, int32_t *ctas)
+{
     attn_geom g;
-    g.group = a->n_head / a->n_head_kv;
-    g.pstride = a->head_dim + 2;
-    g.hb = memra_kv_head_bytes(a->kv_type, a->head_dim);
-    cudaError_t e = a->kv_type == MEMRA_QT_F16 ? launch_split<MEMRA_QT_F16>(a, g, s)
-                                                : launch_split<MEMRA_QT_Q8_0>(a, g, s);
+    const int rc = decode_prepare(a, &g);
+    if (rc != MEMRA_OK)
+        return rc;
+    int x = 0;
+    const cudaError_t e = a->kv_type == MEMRA_QT_F16 ? launch_split<MEMRA_QT_F16>(a, g, 0, &x)
+                                                     : launch_split<MEMRA_QT_Q8_0>(a, g, 0, &x);
+    if (e != cudaSuccess)
+        return cuda_ops_result(e);
+    *ctas = x;
+    return MEMRA_OK;
+}
+
+extern "C" int memra_attn_decode_cuda(const memra_attn_decode_args *a, cudaStream_t s)
+{
+    attn_geom g;
+    const int rc = decode_prepare(a, &g);
+    if (rc != MEMRA_OK)
+        return rc;
+    cudaError_t e = a->kv_type == MEMRA_QT_F16 ? launch_split<MEMRA_QT_F16>(a, g, s, NULL)
+                                               : launch_split<MEMRA_QT_Q8_0>(a, g, s, NULL);
     if (e != cudaSuccess)
         return cuda_ops_result(e);
     const int nblk = a->n_head * a->head_dim / 32;

@@ -50,7 +50,9 @@
  * per (kv head, row) the CUDA split kernel launches, each taking splits x, x + split_ctas, ...
  * of its row (the partials and the combine are the same whichever CTA computes a split);
  * prefetch_batches, how many key batches ahead of the one it computes a warp pulls into L2
- * (the first ones before the kernel's PDL wait, under attn_prep's tail).
+ * (the first ones before the kernel's PDL wait, under attn_prep's tail: positions, k_cache
+ * and v_cache are read before the wait then, so the kernel launched just before this one must
+ * not write them; in the engine they are tick inputs).
  */
 #ifndef MEMRA_KERNEL_ATTN_DECODE_H
 #define MEMRA_KERNEL_ATTN_DECODE_H

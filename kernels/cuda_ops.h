@@ -52,8 +52,18 @@ int memra_embed_cuda(const memra_embed_args *a, cudaStream_t s);
 int memra_rms_norm_q8_cuda(const memra_rms_norm_q8_args *a, cudaStream_t s);
 int memra_attn_prep_cuda(const memra_attn_prep_args *a, cudaStream_t s);
 /* Two kernels: per-split partials into a->scratch, then the fixed-order combine (+ gate,
- * + q8_1). a->scratch is required here (the CPU reference ignores it). */
+ * + q8_1). a->scratch is required here (the CPU reference ignores it). With
+ * a->prefetch_batches > 0 the split kernel reads positions, k_cache and v_cache (the tables,
+ * and the cache lines they point at as L2 prefetches) BEFORE its PDL wait: the kernel launched
+ * just before it on the stream must not write those tables. */
 int memra_attn_decode_cuda(const memra_attn_decode_args *a, cudaStream_t s);
+/* The split kernel's CTAs per (kv head, row) for a (its split_ctas resolved: AUTO by the
+ * kernel's occupancy on the current device), into *ctas; nothing launched. The CUDA backend
+ * resolves AUTO with it when it binds a plan, outside any graph capture. MEMRA_OK, or the
+ * entry's refusal. */
+int memra_attn_decode_cuda_split_ctas(const memra_attn_decode_args *a, int32_t *ctas);
+/* Reads ssm_state / conv_state (the tables and its first state rows) BEFORE its PDL wait:
+ * the kernel launched just before it must not write them. */
 int memra_gdn_step_cuda(const memra_gdn_step_args *a, cudaStream_t s);
 /* Tests and measurements only (tests/gpu/test_ops_gpu.c): forces the fast kernel's split of
  * a value head over `split` CTAs (1, 2 or 4) where that shape allows it (0: the launcher's

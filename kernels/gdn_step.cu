@@ -224,8 +224,10 @@ __device__ __forceinline__ int fast_channel(const gdn_geom &g, int DK, int ka, i
 
 /* One CTA per (value-head part, row b); see the file comment. VEC: dk / 128; W: warps; G:
  * state rows per warp task; PF: the prefetch_tasks kernel (its own instantiation, so the
- * default kernel keeps its registers): tasks grp + W (1 + d), d = 1..prefetch_tasks, of a
- * warp at task grp are pulled into L2, the first ones before the PDL wait. */
+ * prefetch addresses take no registers from the default kernel): a warp pulls its tasks
+ * warp + W d, d = 1..prefetch_tasks, into L2 before the PDL wait, and at task grp the task
+ * grp + W (prefetch_tasks + 1), so the prefetch_tasks tasks after the one loading into
+ * registers are in flight. */
 template <int VEC, int W, int G, bool PF>
 __global__ void __launch_bounds__(W * 32, W == kFastWarpsLarge ? 4 : 2)
     gdn_step_fast(memra_gdn_step_args a, gdn_geom g)
@@ -243,15 +245,17 @@ __global__ void __launch_bounds__(W * 32, W == kFastWarpsLarge ? 4 : 2)
     if (g.cs > 1) /* phase 0 of the cluster barrier: this CTA runs, its shared memory exists */
         __cluster_barrier_arrive_relaxed();
     /* The warp's first task loads before the wait. S is this op's own state, last written a
-     * tick ago (every kernel before the previous one has completed once this one runs: each
-     * releases its dependent only after its own wait), so its DRAM latency overlaps the
+     * tick ago (every kernel before the previous one has completed once this one runs: the
+     * previous one, an mmvq, releases this one only after its own wait; only rms_norm_q8 may
+     * release first, and no gdn_step follows one directly), so its DRAM latency overlaps the
      * previous kernel's tail and the conv step below. Tasks past the first W stream into L2. */
     float *St = (float *)(uintptr_t)a.ssm_state[b] + (size_t)h * (size_t)dv * DK;
     float4 cur[G][VEC];
     if (warp < ntask)
         load_rows<VEC, G>(St, j_lo + G * warp, cur);
     const int ahead = PF ? a.prefetch_tasks : 0;
-    if (PF) /* the tasks after the next (which loads into registers at the loop's first step) */
+    if (PF) /* the next `ahead` tasks (the first of them loads into registers at the loop's
+             * first step, after the wait; the loop prefetches the rest) */
         for (int d = 1; d <= ahead && warp + W * d < ntask; d++)
             prefetch_rows<VEC, G>(St, j_lo + G * (warp + W * d));
     if (g.bulk && warp == W - 1 && ntask > W) {

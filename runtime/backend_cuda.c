@@ -705,8 +705,17 @@ static int bind_plan(memra_cuda_backend *be, uint32_t t, uint32_t s, memra_err *
             L->a.rms_norm_q8.release_first =
                 (int32_t)((be->opts.norm_release_tiers >> p->tier) & 1);
         if (l->op == MEMRA_OP_ATTN_DECODE) { /* scheduling, never the bytes */
-            L->a.attn_decode.split_ctas = be->opts.attn_split_ctas;
-            L->a.attn_decode.prefetch_batches = be->opts.attn_prefetch;
+            memra_attn_decode_args *ad = &L->a.attn_decode;
+            ad->split_ctas = be->opts.attn_split_ctas;
+            ad->prefetch_batches = be->opts.attn_prefetch;
+            /* AUTO resolved here, on the host, not by queries inside the graph capture */
+            int32_t x = 0;
+            if (ad->split_ctas == MEMRA_ATTN_SPLIT_CTAS_AUTO &&
+                memra_attn_decode_cuda_split_ctas(ad, &x) != MEMRA_OK)
+                return MEMRA_FAIL(err, MEMRA_ERR_PLAN, "plan b%u s%u launch %u (attn_decode): %s",
+                                  p->tier, p->stage, i, memra_cuda_ops_error());
+            if (ad->split_ctas == MEMRA_ATTN_SPLIT_CTAS_AUTO)
+                ad->split_ctas = x;
         }
         if (l->op == MEMRA_OP_GDN_STEP) /* scheduling, never the bytes */
             L->a.gdn_step.prefetch_tasks = be->opts.gdn_prefetch;

@@ -184,6 +184,12 @@ typedef struct gpu_ctx {
     uint32_t n_vocab;
 } gpu_ctx;
 
+/* The scheduling options (never the bytes) the engines gopen opens take: all off by default;
+ * test_scheduling_options turns them on around its engines. */
+static struct {
+    int attn_split_ctas, attn_prefetch, gdn_prefetch;
+} g_sched;
+
 static void gopen(gpu_ctx *c, const model_fix *f, const char *plans, int graphs, uint32_t n_ctx)
 {
     ck_assert_msg(f->ok, "fixture (forge + planner) failed; see stderr");
@@ -195,6 +201,9 @@ static void gopen(gpu_ctx *c, const model_fix *f, const char *plans, int graphs,
     o.n_slots = 16;
     o.n_ctx = n_ctx;
     o.graphs = graphs;
+    o.attn_split_ctas = g_sched.attn_split_ctas;
+    o.attn_prefetch = g_sched.attn_prefetch;
+    o.gdn_prefetch = g_sched.gdn_prefetch;
     int rc = memra_cuda_backend_open(plans, c->g, &o, &c->be, &err);
     ck_assert_msg(rc == MEMRA_OK, "open (%s): %s", memra_strerror(rc), err.msg);
     c->n_vocab = memra_cuda_backend_n_vocab(c->be);
@@ -418,6 +427,44 @@ static void engines_gate(const model_fix *f, int n_seq, int max_len, int full)
     fprintf(stderr, "graph == eager and two stages == one: %d sequences bit-identical\n", n_seq);
     gate_free(&gt);
 }
+
+/* The scheduling options (attention's split grid AUTO and its L2 prefetch, gdn_step's L2
+ * prefetch) through the whole backend: AUTO resolved at bind, the prefetching kernels
+ * captured into the graphs and run in the PDL chain. Every row of every width, graph and eager,
+ * must be memcmp-equal to the default engine's tier-1 run of its sequence. */
+static void sched_gate(const model_fix *f, int n_seq, int max_len)
+{
+    g_sched.attn_split_ctas = g_sched.attn_prefetch = g_sched.gdn_prefetch = 0;
+    gpu_ctx ref, c, eager;
+    gopen(&ref, f, f->plans1, 1, MAX_LEN);
+    gate gt;
+    gate_make(&gt, n_seq, max_len, ref.n_vocab, 1);
+    gate_run(&ref, &gt, 1, "default engine tier 1", 1);
+    gclose(&ref);
+    g_sched.attn_split_ctas = MEMRA_ATTN_SPLIT_CTAS_AUTO;
+    g_sched.attn_prefetch = 2;
+    g_sched.gdn_prefetch = 2;
+    gopen(&c, f, f->plans1, 1, MAX_LEN);
+    gopen(&eager, f, f->plans1, 0, MAX_LEN);
+    g_sched.attn_split_ctas = g_sched.attn_prefetch = g_sched.gdn_prefetch = 0;
+    gate_run(&c, &gt, 1, "options: graph tier 1 vs default", 0);
+    gate_run(&c, &gt, 16, "options: graph width 16 vs default", 0);
+    gate_run(&eager, &gt, 7, "options: eager width 7 vs default", 0);
+    gclose(&c);
+    gclose(&eager);
+    fprintf(stderr,
+            "scheduling options (attn AUTO + prefetch 2, gdn prefetch 2): %d sequences "
+            "bit-identical to the default engine\n",
+            n_seq);
+    gate_free(&gt);
+}
+
+START_TEST(test_scheduling_options)
+{
+    REQUIRE_GPU();
+    sched_gate(&g_tiny, N_SEQ, 96);
+}
+END_TEST
 
 START_TEST(test_graph_eager_stages)
 {
@@ -994,6 +1041,7 @@ Suite *make_backend_gpu_suite(void)
     tcase_add_unchecked_fixture(tiny, tiny_setup, tiny_teardown);
     tcase_add_test(tiny, test_isolation_gate);
     tcase_add_test(tiny, test_graph_eager_stages);
+    tcase_add_test(tiny, test_scheduling_options);
     tcase_add_test(tiny, test_cpu_agreement);
     tcase_add_test(tiny, test_tiny_profile);
     tcase_add_test(tiny, test_bad_input);

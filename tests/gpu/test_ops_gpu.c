@@ -833,6 +833,9 @@ static void decode_twice(const decode_case *c)
     d2h(yq1, g.y_q, qb);
     poison(g.o, nq * sizeof(float));
     poison(g.y_q, qb);
+    /* and the partials: a split the second launch skipped would read as NaN */
+    poison(g.scratch, (size_t)c->b * (size_t)c->sh->n_head * (size_t)c->max_split *
+                          (size_t)(c->sh->head_dim + 2) * sizeof(float));
     CK_OP(memra_attn_decode_cuda(&g, 0));
     d2h(o2, g.o, nq * sizeof(float));
     d2h(yq2, g.y_q, qb);
@@ -885,7 +888,8 @@ START_TEST(test_attn_decode_lengths)
 END_TEST
 
 /* A scheduling variant of one launch (split_ctas, prefetch): rows of 8193 keys (128 splits of
- * 64), 1025 (17), 65 (2), 1 and one outside the cache share a 5-wide launch. Its bytes are
+ * 80, the last 25 empty), 1025 (17 of 64), 65 (2 of 48), 1 and one outside the cache share a
+ * 5-wide launch. Its bytes are
  * the CPU reference's (which ignores both fields), the same on a second launch over the same
  * buffers, and a row's bytes are the same alone at tier 1 (where AUTO picks another grid). */
 static void decode_sched(const attn_shape *sh, int kv, int split_ctas, int prefetch, tu_rng *r)
@@ -918,13 +922,21 @@ START_TEST(test_attn_decode_split_ctas)
     /* The split kernel on fewer CTAs than splits: CTA x takes splits x, x + n, ... of its row.
      * split_ctas 1 (one CTA walks all 128 splits), 3, 16, 127, 500 (more than max_split: one
      * per split), AUTO (b = 5: 4 x 132 SMs / (4 x 5) = 26 CTAs per (kv head, row) on the
-     * H200). The generic kernel (dh96) always runs one CTA per split: it must ignore the
-     * field. */
+     * H200) on the 9b and dh128 geometries (one head chunk per pass), the 27b (HG 8 over a
+     * group of 6: a partly masked chunk), dh64-g16 (two head chunks per pass: the most CTA
+     * barriers per split) and dh512; the generic kernel (dh96) always runs one CTA per split:
+     * it must ignore the field. */
     static const int ctas[] = {1, 3, 16, 127, 500, MEMRA_ATTN_SPLIT_CTAS_AUTO};
     const attn_shape *shapes[] = {&k_attn_shapes[1], &k_attn_shapes[3], &k_attn_shapes[7]};
+    const attn_shape *more[] = {&k_attn_shapes[2], &k_attn_shapes[5], &k_attn_dh512_g4};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         for (size_t k = 0; k < sizeof ctas / sizeof ctas[0]; k++)
             decode_sched(shapes[i], (i + k) % 2 ? MEMRA_QT_Q8_0 : MEMRA_QT_F16, ctas[k], 0, &r);
+    for (size_t i = 0; i < sizeof more / sizeof more[0]; i++) {
+        decode_sched(more[i], i % 2 ? MEMRA_QT_Q8_0 : MEMRA_QT_F16, 3, 0, &r);
+        decode_sched(more[i], i % 2 ? MEMRA_QT_F16 : MEMRA_QT_Q8_0, MEMRA_ATTN_SPLIT_CTAS_AUTO, 0,
+                     &r);
+    }
 }
 END_TEST
 
@@ -935,16 +947,141 @@ START_TEST(test_attn_decode_prefetch)
     tu_rng_seed(&r, 0xDEC4u);
     /* The prefetching split kernel (a separate instantiation): each warp pulls batches pf
      * ahead into L2, the first ones before its PDL wait. pf 1, 2 and 8 (beyond a warp's last
-     * batch at dh 256: 4 batches of 4 keys per split of 64), with one CTA per split and with
-     * fewer CTAs (whose later passes prefetch after the wait); every fast geometry, both
-     * cache types. */
+     * batch at dh 256: at most 5 batches of 4 keys per split of 80), with one CTA per split and
+     * with fewer CTAs (whose later passes prefetch after the wait); every fast geometry (HG 1:
+     * dh64-mha, HG 2: dh512, HG 4, HG 8) and both cache types; the generic kernel (dh96) has
+     * no prefetching form and must ignore the field. */
     static const int pfs[] = {1, 2, 8}, ctas[] = {0, 5, MEMRA_ATTN_SPLIT_CTAS_AUTO};
     const attn_shape *shapes[] = {&k_attn_shapes[1], &k_attn_shapes[2], &k_attn_shapes[3],
-                                  &k_attn_shapes[5], &k_attn_dh512_g4};
+                                  &k_attn_shapes[4], &k_attn_shapes[5], &k_attn_shapes[6],
+                                  &k_attn_dh512_g4,  &k_attn_shapes[7]};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         for (size_t k = 0; k < sizeof pfs / sizeof pfs[0]; k++)
             decode_sched(shapes[i], (i + k) % 2 ? MEMRA_QT_Q8_0 : MEMRA_QT_F16, ctas[k], pfs[k],
                          &r);
+}
+END_TEST
+
+/* A kernel as an op entry enqueues it: captured into a graph and read back (nothing runs). */
+typedef struct captured_kernel {
+    dim3 grid, block;
+    void *func;
+} captured_kernel;
+
+/* The kernels enqueue(args) launches, in a throwaway graph; their count (<= max). The args
+ * need not point at real buffers: nothing is run. */
+static int capture_kernels(int (*enqueue)(const void *, cudaStream_t), const void *args,
+                           captured_kernel *out, int max)
+{
+    cudaStream_t s;
+    CK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    cudaGraph_t gr;
+    CK_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    const int rc = enqueue(args, s);
+    CK_CUDA(cudaStreamEndCapture(s, &gr));
+    ck_assert_msg(rc == MEMRA_OK, "capture: rc %d (%s)", rc, memra_cuda_ops_error());
+    size_t n = 0;
+    CK_CUDA(cudaGraphGetNodes(gr, NULL, &n));
+    cudaGraphNode_t *nodes = halloc(sizeof(cudaGraphNode_t) * (n ? n : 1));
+    CK_CUDA(cudaGraphGetNodes(gr, nodes, &n));
+    int k = 0;
+    for (size_t i = 0; i < n; i++) {
+        enum cudaGraphNodeType t;
+        CK_CUDA(cudaGraphNodeGetType(nodes[i], &t));
+        if (t != cudaGraphNodeTypeKernel)
+            continue;
+        struct cudaKernelNodeParams p;
+        CK_CUDA(cudaGraphKernelNodeGetParams(nodes[i], &p));
+        ck_assert_int_lt(k, max);
+        out[k++] = (captured_kernel){.grid = p.gridDim, .block = p.blockDim, .func = p.func};
+    }
+    CK_CUDA(cudaGraphDestroy(gr));
+    CK_CUDA(cudaStreamDestroy(s));
+    return k;
+}
+
+static int attn_enqueue(const void *a, cudaStream_t s)
+{
+    return memra_attn_decode_cuda(a, s);
+}
+
+/* attn_decode's split kernel (its 128-thread launch) as enqueued for a. */
+static captured_kernel attn_split_captured(const memra_attn_decode_args *a)
+{
+    captured_kernel k[4];
+    const int n = capture_kernels(attn_enqueue, a, k, 4);
+    ck_assert_int_eq(n, 2); /* split, combine */
+    const captured_kernel split = k[0].block.x == 128 ? k[0] : k[1];
+    ck_assert_uint_eq(split.block.x, 128);
+    ck_assert_uint_eq(split.grid.y, (unsigned)a->n_head_kv);
+    ck_assert_uint_eq(split.grid.z, (unsigned)a->b);
+    int32_t x = -1; /* the query the backend resolves AUTO with says the same grid */
+    CK_OP(memra_attn_decode_cuda_split_ctas(a, &x));
+    ck_assert_uint_eq(split.grid.x, (unsigned)x);
+    return split;
+}
+
+START_TEST(test_attn_decode_launch_shape)
+{
+    GPU_OR_SKIP();
+    /* The scheduling fields take effect (the byte tests cannot tell: the CPU reference
+     * ignores them): split_ctas sets the split grid's x (0 and counts past max_split: max_split;
+     * AUTO: 1..max_split, the grid resident at 4 CTAs per SM for the 9b kernel's 128 registers,
+     * which memra-gpu-ops-tests' register line and bench/ops-regs.sh show); prefetch_batches > 0
+     * launches the other instantiation, the same for every count; the generic kernel (dh96)
+     * ignores both. */
+    memra_attn_decode_args a = {.q = (float *)256,
+                                .qg = (float *)256,
+                                .positions = (int32_t *)256,
+                                .k_cache = (uint64_t *)256,
+                                .v_cache = (uint64_t *)256,
+                                .scratch = (float *)256,
+                                .y_q = (void *)256,
+                                .n_head = 16,
+                                .n_head_kv = 4,
+                                .head_dim = 256,
+                                .kv_type = MEMRA_QT_F16,
+                                .n_ctx = 4096,
+                                .max_split = MEMRA_ATTN_MAX_SPLIT,
+                                .b = 5,
+                                .scale = 0.0625f};
+    static const struct {
+        int ctas;
+        unsigned x;
+    } want[] = {{0, MEMRA_ATTN_MAX_SPLIT}, {1, 1}, {3, 3}, {127, 127}, {500, MEMRA_ATTN_MAX_SPLIT}};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        a.split_ctas = want[i].ctas;
+        ck_assert_uint_eq(attn_split_captured(&a).grid.x, want[i].x);
+    }
+    int sms = 0;
+    CK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    for (int b = 1; b <= 16; b *= 4) {
+        a.b = b;
+        a.split_ctas = MEMRA_ATTN_SPLIT_CTAS_AUTO;
+        const unsigned x = attn_split_captured(&a).grid.x;
+        ck_assert(x >= 1 && x <= MEMRA_ATTN_MAX_SPLIT);
+        ck_assert_msg(x == MEMRA_ATTN_MAX_SPLIT || x * 4u * (unsigned)b <= 32u * (unsigned)sms,
+                      "AUTO at b %d: %u CTAs per (kv head, row) do not fit the device", b, x);
+        if (b == 16) /* 4 per SM: 4 x SMs / (4 kv heads x 16 rows) */
+            ck_assert_uint_eq(x, (unsigned)(4 * sms / 64));
+    }
+    a.b = 5;
+    a.split_ctas = 0;
+    const void *plain = attn_split_captured(&a).func;
+    a.prefetch_batches = 2;
+    const void *pf2 = attn_split_captured(&a).func;
+    a.prefetch_batches = MEMRA_ATTN_MAX_PREFETCH;
+    ck_assert_ptr_ne(pf2, plain);
+    ck_assert_ptr_eq(attn_split_captured(&a).func, pf2);
+    /* the generic kernel: one CTA per split and one instantiation whatever the fields say */
+    a.head_dim = 96;
+    a.prefetch_batches = 0;
+    const void *gen = attn_split_captured(&a).func;
+    a.split_ctas = 3;
+    a.prefetch_batches = 2;
+    const captured_kernel g3 = attn_split_captured(&a);
+    ck_assert_uint_eq(g3.grid.x, MEMRA_ATTN_MAX_SPLIT);
+    ck_assert_ptr_eq(g3.func, gen);
 }
 END_TEST
 
@@ -1185,6 +1322,7 @@ static void gdn_case_body(const gdn_shape *sh, int b, int steps, tu_rng *r)
 START_TEST(test_gdn_step)
 {
     GPU_OR_SKIP();
+    g_gdn_prefetch = 0; /* whatever a failed run before this one left */
     tu_rng r;
     tu_rng_seed(&r, 0x6D17u);
     static const int bs[] = {1, 3, 16, 5};
@@ -1253,13 +1391,69 @@ START_TEST(test_gdn_step)
      * dk256-dv128 b 80 and dv256-grouped b 80 (8 tasks per warp). */
     static const struct {
         int shape, b, steps, pf;
-    } pfc[] = {{0, 16, 2, 1}, {0, 16, 1, 2},  {0, 16, 1, 4}, {2, 16, 1, 2},
-               {1, 20, 1, 1}, {10, 80, 1, 3}, {11, 80, 2, 2}};
+    } pfc[] = {
+        {0, 16, 2, 1},  {0, 16, 1, 2},  {0, 16, 1, 4}, {2, 16, 1, 2}, {1, 20, 1, 1},
+        {10, 80, 1, 3}, {11, 80, 2, 2}, {0, 1, 1, 2}}; /* the last: a small grid ignores it */
     for (size_t i = 0; i < sizeof pfc / sizeof pfc[0]; i++) {
         g_gdn_prefetch = pfc[i].pf;
         gdn_case_run(&k_gdn_shapes[pfc[i].shape], pfc[i].b, pfc[i].steps, &r);
     }
     g_gdn_prefetch = 0;
+}
+END_TEST
+
+static int gdn_enqueue(const void *a, cudaStream_t s)
+{
+    return memra_gdn_step_cuda(a, s);
+}
+
+START_TEST(test_gdn_launch_shape)
+{
+    GPU_OR_SKIP();
+    /* prefetch_tasks takes effect where it applies (the byte tests cannot tell): the 9b at
+     * b 16 (32 x 16 CTAs, past 2 per SM on this device: the 4-warp kernel) runs the other
+     * instantiation for any count > 0; at b 1 (8-warp CTAs, one task per warp) the field is
+     * ignored. */
+    int sms = 0;
+    CK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    memra_gdn_step_args a = {.qkv = (float *)256,
+                             .z = (float *)256,
+                             .beta = (float *)256,
+                             .alpha = (float *)256,
+                             .conv_w = (float *)256,
+                             .dt_bias = (float *)256,
+                             .ssm_a = (float *)256,
+                             .norm_w = (float *)256,
+                             .conv_state = (uint64_t *)256,
+                             .ssm_state = (uint64_t *)256,
+                             .y_q = (void *)256,
+                             .n_k_head = 16,
+                             .n_v_head = 32,
+                             .head_k_dim = 128,
+                             .head_v_dim = 128,
+                             .conv_k = 4,
+                             .head_map = MEMRA_GDN_HEADS_TILED,
+                             .b = 16,
+                             .eps = 1e-6f};
+    ck_assert_msg(32 * 16 > 2 * sms, "this device (%d SMs) runs the 9b b 16 on the 8-warp kernel",
+                  sms);
+    captured_kernel k0, k2, k4;
+    ck_assert_int_eq(capture_kernels(gdn_enqueue, &a, &k0, 1), 1);
+    ck_assert_uint_eq(k0.block.x, 128); /* 4 warps */
+    a.prefetch_tasks = 2;
+    ck_assert_int_eq(capture_kernels(gdn_enqueue, &a, &k2, 1), 1);
+    a.prefetch_tasks = MEMRA_GDN_MAX_PREFETCH;
+    ck_assert_int_eq(capture_kernels(gdn_enqueue, &a, &k4, 1), 1);
+    ck_assert_ptr_ne(k2.func, k0.func);
+    ck_assert_ptr_eq(k4.func, k2.func);
+    ck_assert(k2.grid.x == k0.grid.x && k2.grid.y == k0.grid.y && k2.block.x == k0.block.x);
+    a.b = 1;
+    a.prefetch_tasks = 0;
+    ck_assert_int_eq(capture_kernels(gdn_enqueue, &a, &k0, 1), 1);
+    a.prefetch_tasks = 2;
+    ck_assert_int_eq(capture_kernels(gdn_enqueue, &a, &k2, 1), 1);
+    ck_assert_uint_eq(k0.block.x, 256); /* 8 warps */
+    ck_assert_ptr_eq(k2.func, k0.func);
 }
 END_TEST
 
@@ -1851,8 +2045,9 @@ Suite *make_ops_gpu_suite(void)
     GPU_ADD_CASE(s, "moe_route", test_moe_route);
     GPU_ADD_CASE(s, "attn_prep", test_attn_prep, test_attn_rejects);
     GPU_ADD_CASE(s, "attn_decode", test_attn_decode, test_attn_decode_splits,
-                 test_attn_decode_lengths, test_attn_decode_split_ctas, test_attn_decode_prefetch);
-    GPU_ADD_CASE(s, "gdn_step", test_gdn_step, test_gdn_rejects);
+                 test_attn_decode_lengths, test_attn_decode_split_ctas, test_attn_decode_prefetch,
+                 test_attn_decode_launch_shape);
+    GPU_ADD_CASE(s, "gdn_step", test_gdn_step, test_gdn_launch_shape, test_gdn_rejects);
     GPU_ADD_CASE(s, "sample", test_sample, test_sample_draws, test_sample_edges);
     GPU_ADD_CASE(s, "exact_math", test_exact_math_gpu);
     GPU_ADD_CASE(s, "synth_fill", test_synth_fill);
