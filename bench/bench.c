@@ -51,6 +51,7 @@ void memra_bench_opts_init(memra_bench_opts *o)
     o->attn_split_ctas = MEMRA_BENCH_UNSET;
     o->attn_prefetch = MEMRA_BENCH_UNSET;
     o->gdn_prefetch = MEMRA_BENCH_UNSET;
+    o->gdn_split = MEMRA_BENCH_UNSET;
     o->synthetic = 1;
     o->backend = bench_be_available(MEMRA_BENCH_CUDA) ? MEMRA_BENCH_CUDA : MEMRA_BENCH_CPU;
     o->seed = 1;
@@ -557,6 +558,7 @@ static int eng_open(bench_ctx *c, bench_eng *e, const char *plan_dir, int graphs
                               .attn_split_ctas = c->o->attn_split_ctas,
                               .attn_prefetch = c->o->attn_prefetch,
                               .gdn_prefetch = c->o->gdn_prefetch,
+                              .gdn_split = c->o->gdn_split,
                               .device = c->o->device};
     const double t0 = now_ms();
     MEMRA_TRY(bench_be_open(&e->be, c->o->backend, plan_dir, c->g, &bo, err));

@@ -64,6 +64,8 @@ typedef struct memra_bench_opts {
                                     memra_cuda_opts.attn_prefetch (key batches ahead, 0..8) */
     int gdn_prefetch;            /* MEMRA_BENCH_UNSET (default): the backend's default; else
                                     memra_cuda_opts.gdn_prefetch (state-row tasks ahead, 0..4) */
+    int gdn_split;               /* MEMRA_BENCH_UNSET (default): the backend's default; else
+                                    memra_cuda_opts.gdn_split (0 auto, 1, 2, 4) */
     int attn_split_ctas;         /* MEMRA_BENCH_UNSET (default): the backend's default; else
                                     memra_cuda_opts.attn_split_ctas (0 one CTA per split, N, or
                                     -1 auto): attention's split grid, an A/B of scheduling */

@@ -69,6 +69,8 @@ int bench_be_open(bench_be *b, memra_bench_backend kind, const char *plan_dir, c
         uo.attn_prefetch = o->attn_prefetch;
     if (o->gdn_prefetch != MEMRA_BENCH_UNSET)
         uo.gdn_prefetch = o->gdn_prefetch;
+    if (o->gdn_split != MEMRA_BENCH_UNSET)
+        uo.gdn_split = o->gdn_split;
     uo.device = o->device;
     rc = memra_cuda_backend_open(plan_dir, g, &uo, &b->cuda, err);
     if (rc == MEMRA_OK) {

@@ -40,6 +40,7 @@ typedef struct bench_be_opts {
     int attn_split_ctas; /* CUDA: MEMRA_BENCH_UNSET the default, else opts.attn_split_ctas */
     int attn_prefetch;   /* CUDA: MEMRA_BENCH_UNSET the default, else opts.attn_prefetch */
     int gdn_prefetch;    /* CUDA: MEMRA_BENCH_UNSET the default, else opts.gdn_prefetch */
+    int gdn_split;       /* CUDA: MEMRA_BENCH_UNSET the default, else opts.gdn_split */
     int device;
 } bench_be_opts;
 

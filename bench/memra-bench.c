@@ -8,7 +8,8 @@
  *               [--plot FILE.svg] [--backend cuda|cpu] [--device N] [--seed N]
  *               [--prefill synthetic|decode] [--no-isolation] [--copy-mib N]
  *               [--copy-reps N] [--norm-release TIERS|none]
- *               [--attn-split-ctas N|max|auto] [--attn-prefetch N] [--gdn-prefetch N] [-q]
+ *               [--attn-split-ctas N|max|auto] [--attn-prefetch N] [--gdn-prefetch N]
+ *               [--gdn-split auto|1|2|4] [-q]
  *
  * Prints the configuration header, the human table, the JSON lines (also to --json FILE)
  * and the PASS/MISS lines of the targets the configuration covers; progress goes to stderr
@@ -36,7 +37,7 @@ static void usage(FILE *f)
                "                   [--prefill synthetic|decode] [--no-isolation]\n"
                "                   [--copy-mib N] [--copy-reps N] [--norm-release TIERS|none]\n"
                "                   [--attn-split-ctas N|max|auto] [--attn-prefetch N]\n"
-               "                   [--gdn-prefetch N] [-q]\n");
+               "                   [--gdn-prefetch N] [--gdn-split auto|1|2|4] [-q]\n");
 }
 
 static int parse_u32(const char *s, uint32_t max, uint32_t *out)
@@ -118,6 +119,10 @@ static int parse_opt(const char *a, const char *v, memra_bench_opts *o)
         o->attn_prefetch = (int)u;
     else if (!strcmp(a, "--gdn-prefetch") && !parse_u32(v, MEMRA_GDN_MAX_PREFETCH, &u))
         o->gdn_prefetch = (int)u;
+    else if (!strcmp(a, "--gdn-split") && !strcmp(v, "auto"))
+        o->gdn_split = 0;
+    else if (!strcmp(a, "--gdn-split") && !parse_u32(v, 4, &u) && (u == 1 || u == 2 || u == 4))
+        o->gdn_split = (int)u;
     else
         return -1;
     return 0;

@@ -31,6 +31,16 @@ static void list_str(const uint32_t *v, uint32_t n, char *buf, size_t len)
         k += (size_t)snprintf(buf + k, len - k, "%s%u", i ? "," : "", v[i]);
 }
 
+/* printf onto the end of buf (size n), truncating. */
+static void append(char *buf, size_t n, const char *fmt, ...)
+{
+    const size_t k = strlen(buf);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf + k, n - k, fmt, ap);
+    va_end(ap);
+}
+
 /* --attn-split-ctas' value as the option reads it: max, auto or the count. */
 static const char *attn_split_ctas_str(int v)
 {
@@ -67,14 +77,16 @@ void memra_bench_print_header(const memra_bench_report *r, FILE *f)
     }
     /* the scheduling options given (absent: the backend's defaults) */
     if (o->attn_split_ctas != MEMRA_BENCH_UNSET)
-        snprintf(sched, sizeof sched, " --attn-split-ctas %s",
-                 attn_split_ctas_str(o->attn_split_ctas));
+        append(sched, sizeof sched, " --attn-split-ctas %s",
+               attn_split_ctas_str(o->attn_split_ctas));
     if (o->attn_prefetch != MEMRA_BENCH_UNSET)
-        snprintf(sched + strlen(sched), sizeof sched - strlen(sched), " --attn-prefetch %d",
-                 o->attn_prefetch);
+        append(sched, sizeof sched, " --attn-prefetch %d", o->attn_prefetch);
     if (o->gdn_prefetch != MEMRA_BENCH_UNSET)
-        snprintf(sched + strlen(sched), sizeof sched - strlen(sched), " --gdn-prefetch %d",
-                 o->gdn_prefetch);
+        append(sched, sizeof sched, " --gdn-prefetch %d", o->gdn_prefetch);
+    if (o->gdn_split == 0)
+        append(sched, sizeof sched, " --gdn-split auto");
+    else if (o->gdn_split != MEMRA_BENCH_UNSET)
+        append(sched, sizeof sched, " --gdn-split %d", o->gdn_split);
     fprintf(f, "memra-bench\n");
     fprintf(f,
             "  model     %s: \"%s\", %s, %u layers, n_embd %u, n_vocab %u, %s, %.3g %s "
@@ -234,6 +246,8 @@ static json_t *config_json(const memra_bench_report *r)
         json_object_set_new(j, "attn_prefetch", json_integer(o->attn_prefetch));
     if (o->gdn_prefetch != MEMRA_BENCH_UNSET) /* absent: the backend default (0) */
         json_object_set_new(j, "gdn_prefetch", json_integer(o->gdn_prefetch));
+    if (o->gdn_split != MEMRA_BENCH_UNSET) /* 0: the launcher's choice; absent: the default */
+        json_object_set_new(j, "gdn_split", json_integer(o->gdn_split));
     json_object_set_new(j, "phases", json_boolean(o->phases));
     json_object_set_new(j, "isolation", json_boolean(o->isolation));
     json_object_set_new(j, "prefill", json_string(o->synthetic ? "synthetic" : "decode"));

@@ -533,9 +533,12 @@ extern "C" int memra_gdn_step_cuda(const memra_gdn_step_args *a, cudaStream_t s)
             if (g.r * sp <= kClusterMax && (a->head_v_dim / 32) % sp == 0 &&
                 (long)a->n_v_head * a->b * sp <= sms)
                 g.split = sp;
-        if (g_tune_split > 0 && g_tune_split <= kMaxSplit && g.r * g_tune_split <= kClusterMax &&
-            (a->head_v_dim / 32) % g_tune_split == 0)
-            g.split = g_tune_split;
+        /* a forced split (the launch's, else memra_gdn_step_cuda_tune's) where the shape takes it
+         */
+        const int force = a->split > 0 ? a->split : g_tune_split;
+        if (force > 0 && force <= kMaxSplit && g.r * force <= kClusterMax &&
+            (a->head_v_dim / 32) % force == 0)
+            g.split = force;
         g.cs = g.r * g.split;
         g.bulk = g_tune_bulk >= 0 ? g_tune_bulk : !large;
         return a->head_k_dim == 128 ? launch_fast<1>(a, g, large, s)

@@ -36,9 +36,11 @@
  *   conv: [Cc][K-1], element (c, t) at c*(K-1) + t
  *   ssm:  [Hv][dv][dk], S_h[i, j] (i key, j value) at h*dv*dk + j*dk + i (S^T, value-major)
  * Row b touches only row b's inputs and its own state.
- * Scheduling, never the bits: prefetch_tasks (the CUDA fast kernel's 4-warp form, the one
- * large grids take) has each warp pull its state-row tasks that many beyond the one it holds
- * in registers into L2 (the CPU reference ignores it).
+ * Scheduling, never the bits (the CPU reference ignores both): prefetch_tasks (the CUDA fast
+ * kernel's 4-warp form, the one large grids take) has each warp pull its state-row tasks that
+ * many beyond the one it holds in registers into L2; split forces the fast kernel's CTAs per
+ * value head (1, 2 or 4, where the shape allows it: the cluster limit, whole q8_1 blocks per
+ * CTA; 0 = the launcher's choice).
  */
 #ifndef MEMRA_KERNEL_GDN_STEP_H
 #define MEMRA_KERNEL_GDN_STEP_H
@@ -74,6 +76,7 @@ typedef struct memra_gdn_step_args {
     int32_t b;
     float eps;                  /* rms eps, also the L2-norm floor */
     int32_t prefetch_tasks;     /* CUDA scheduling only: 0..MEMRA_GDN_MAX_PREFETCH (above) */
+    int32_t split;              /* CUDA scheduling only: 0, 1, 2 or 4 (above) */
 } memra_gdn_step_args;
 
 static inline const char *memra_gdn_step_check(const memra_gdn_step_args *a)
@@ -96,6 +99,8 @@ static inline const char *memra_gdn_step_check(const memra_gdn_step_args *a)
         return "eps is negative or NaN";
     if (a->prefetch_tasks < 0 || a->prefetch_tasks > MEMRA_GDN_MAX_PREFETCH)
         return "prefetch_tasks out of range 0..4";
+    if (a->split != 0 && a->split != 1 && a->split != 2 && a->split != 4)
+        return "split must be 0 (the launcher's choice), 1, 2 or 4";
     return 0;
 }
 

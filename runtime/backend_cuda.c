@@ -180,6 +180,21 @@ void memra_cuda_opts_init(memra_cuda_opts *o)
                            .staging_mib = 64};
 }
 
+/* The scheduling options' ranges (they never change a byte, but a value out of range is a
+ * caller's mistake): NULL, or what is wrong. */
+static const char *sched_opts_check(const memra_cuda_opts *o)
+{
+    if (o->attn_split_ctas < MEMRA_ATTN_SPLIT_CTAS_AUTO)
+        return "attn_split_ctas must be 0, a CTA count or MEMRA_ATTN_SPLIT_CTAS_AUTO (-1)";
+    if (o->attn_prefetch < 0 || o->attn_prefetch > MEMRA_ATTN_MAX_PREFETCH)
+        return "attn_prefetch out of range 0..8";
+    if (o->gdn_prefetch < 0 || o->gdn_prefetch > MEMRA_GDN_MAX_PREFETCH)
+        return "gdn_prefetch out of range 0..4";
+    if (o->gdn_split != 0 && o->gdn_split != 1 && o->gdn_split != 2 && o->gdn_split != 4)
+        return "gdn_split must be 0 (the launcher's choice), 1, 2 or 4";
+    return NULL;
+}
+
 static cuda_plan *plan_at(const memra_cuda_backend *be, uint32_t t, uint32_t s)
 {
     return &be->plans[t * be->n_stages + s];
@@ -717,8 +732,10 @@ static int bind_plan(memra_cuda_backend *be, uint32_t t, uint32_t s, memra_err *
             if (ad->split_ctas == MEMRA_ATTN_SPLIT_CTAS_AUTO)
                 ad->split_ctas = x;
         }
-        if (l->op == MEMRA_OP_GDN_STEP) /* scheduling, never the bytes */
+        if (l->op == MEMRA_OP_GDN_STEP) { /* scheduling, never the bytes */
             L->a.gdn_step.prefetch_tasks = be->opts.gdn_prefetch;
+            L->a.gdn_step.split = be->opts.gdn_split;
+        }
     }
     fold_pairs(be, cp, t);
     return MEMRA_OK;
@@ -917,15 +934,9 @@ int memra_cuda_backend_open(const char *plan_dir, const memra_gguf *g, const mem
                         be->opts.staging_mib, be->opts.device, be->opts.fuse);
         goto fail;
     }
-    if (be->opts.attn_split_ctas < MEMRA_ATTN_SPLIT_CTAS_AUTO || be->opts.attn_prefetch < 0 ||
-        be->opts.attn_prefetch > MEMRA_ATTN_MAX_PREFETCH || be->opts.gdn_prefetch < 0 ||
-        be->opts.gdn_prefetch > MEMRA_GDN_MAX_PREFETCH) {
-        rc =
-            MEMRA_FAIL(err, MEMRA_ERR_INVALID_ARG,
-                       "attn_split_ctas = %d (0, a CTA count, or MEMRA_ATTN_SPLIT_CTAS_AUTO = -1), "
-                       "attn_prefetch = %d (0..%d) or gdn_prefetch = %d (0..%d) out of range",
-                       be->opts.attn_split_ctas, be->opts.attn_prefetch, MEMRA_ATTN_MAX_PREFETCH,
-                       be->opts.gdn_prefetch, MEMRA_GDN_MAX_PREFETCH);
+    const char *bad = sched_opts_check(&be->opts);
+    if (bad) {
+        rc = MEMRA_FAIL(err, MEMRA_ERR_INVALID_ARG, "%s", bad);
         goto fail;
     }
     MEMRA_TRY(open_device(be, err)); /* first: without a GPU nothing else matters */

@@ -103,6 +103,9 @@ typedef struct memra_cuda_opts {
                              one it holds into L2, the first ones before its PDL wait (0, the
                              default: none; 1..MEMRA_GDN_MAX_PREFETCH; its own kernel;
                              scheduling only, the same bytes) */
+    int gdn_split;        /* gdn_step's fast kernel, CTAs per value head: 0 (default) the
+                             launcher's choice (up to 4 at small grids, kernels/gdn_step.cu), or
+                             1, 2, 4 forced where the shape takes it (scheduling only) */
     int sync_launches;    /* 0 (default); 1: eager ticks synchronize after every launch, so
                              an asynchronous fault names its launch (debugging; slow) */
     uint32_t staging_mib; /* pinned staging chunk of the weight upload, MiB (default 64) */

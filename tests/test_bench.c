@@ -228,11 +228,15 @@ static void check_config(json_t *j, const memra_bench_report *r)
         ck_assert_ptr_null(ap);
     else
         ck_assert_int_eq(json_integer_value(ap), r->opts.attn_prefetch);
-    const json_t *gp = json_object_get(j, "gdn_prefetch");
+    const json_t *gp = json_object_get(j, "gdn_prefetch"), *gs = json_object_get(j, "gdn_split");
     if (r->opts.gdn_prefetch == MEMRA_BENCH_UNSET)
         ck_assert_ptr_null(gp);
     else
         ck_assert_int_eq(json_integer_value(gp), r->opts.gdn_prefetch);
+    if (r->opts.gdn_split == MEMRA_BENCH_UNSET)
+        ck_assert_ptr_null(gs);
+    else
+        ck_assert_int_eq(json_integer_value(gs), r->opts.gdn_split);
 }
 
 /* One "case" line: fields present, numbers consistent, bytes equal to the oracle. */
@@ -364,6 +368,7 @@ START_TEST(test_bench_cpu_run)
     o.attn_split_ctas = MEMRA_ATTN_SPLIT_CTAS_AUTO;
     o.attn_prefetch = 3;
     o.gdn_prefetch = 2;
+    o.gdn_split = 1;
     memra_bench_report *r = bench_ok(&o);
     ck_assert_int_eq(r->n_cases, 4);
     ck_assert(r->plans_generated);
@@ -387,7 +392,7 @@ START_TEST(test_bench_cpu_run)
     ck_assert_ptr_nonnull(strstr(buf, g_model));
     ck_assert_ptr_nonnull(strstr(buf, "--tiers 1,2 --depths 0,1024 --ticks 3"));
     ck_assert_ptr_nonnull(
-        strstr(buf, " --attn-split-ctas auto --attn-prefetch 3 --gdn-prefetch 2"));
+        strstr(buf, " --attn-split-ctas auto --attn-prefetch 3 --gdn-prefetch 2 --gdn-split 1"));
     ck_assert_ptr_nonnull(strstr(buf, "MISS  B=1 bandwidth"));
     check_plot(r);
     memra_bench_report_free(r);

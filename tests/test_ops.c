@@ -1862,6 +1862,12 @@ START_TEST(test_bad_args)
     ck_assert_ptr_null(memra_gdn_step_check(&gd)); /* scheduling: the reference ignores it */
     gd.prefetch_tasks = MEMRA_GDN_MAX_PREFETCH + 1;
     ck_assert_str_eq(memra_gdn_step_check(&gd), "prefetch_tasks out of range 0..4");
+    gd.prefetch_tasks = 0;
+    gd.split = 4;
+    ck_assert_ptr_null(memra_gdn_step_check(&gd));
+    gd.split = 3;
+    ck_assert_str_eq(memra_gdn_step_check(&gd),
+                     "split must be 0 (the launcher's choice), 1, 2 or 4");
     memra_silu_mul_q8_args sm = {.b = 1, .n_slots = 1};
     sm.slot[0] = (memra_silu_mul_q8_slot){.g = f, .u = f, .y_q = q, .n = 16, .m = 1};
     ck_assert_int_eq(memra_silu_mul_q8_ref(&sm), MEMRA_ERR_INVALID_ARG);

@@ -830,6 +830,12 @@ START_TEST(test_open_refusals)
     ck_assert_int_eq(memra_cuda_backend_open("/nonexistent/memra-plans", NULL, &bad, &be, &err),
                      MEMRA_ERR_INVALID_ARG);
     ck_assert_ptr_nonnull(strstr(err.msg, "gdn_prefetch"));
+    memra_cuda_opts_init(&bad);
+    bad.gdn_split = 3;
+    memra_err_clear(&err);
+    ck_assert_int_eq(memra_cuda_backend_open("/nonexistent/memra-plans", NULL, &bad, &be, &err),
+                     MEMRA_ERR_INVALID_ARG);
+    ck_assert_ptr_nonnull(strstr(err.msg, "gdn_split"));
     memra_err_clear(&err);
     int rc = memra_cuda_backend_open("/nonexistent/memra-plans", NULL, NULL, &be, &err);
     ck_assert_ptr_null(be);

@@ -1173,10 +1173,11 @@ static void gdn_init(gdn_case *c, const gdn_shape *sh, int b, tu_rng *r)
     memcpy(c->ssm0, c->ssm.h, c->ssm.stride * (size_t)b);
 }
 
-/* One step's activations (host). */
-/* prefetch_tasks of the cases that follow (test_gdn_step sets it around a group of cases) */
-static int g_gdn_prefetch;
+/* prefetch_tasks and split of the cases that follow (test_gdn_step sets them around a group
+ * of cases) */
+static int g_gdn_prefetch, g_gdn_split;
 
+/* One step's activations (host). */
 static memra_gdn_step_args gdn_step_inputs(const gdn_case *c, tu_rng *r)
 {
     const gdn_shape *sh = c->sh;
@@ -1201,7 +1202,8 @@ static memra_gdn_step_args gdn_step_inputs(const gdn_case *c, tu_rng *r)
         .head_map = sh->head_map,
         .b = c->b,
         .eps = 1e-6f,
-        .prefetch_tasks = g_gdn_prefetch};
+        .prefetch_tasks = g_gdn_prefetch,
+        .split = g_gdn_split};
     return a;
 }
 
@@ -1322,7 +1324,7 @@ static void gdn_case_body(const gdn_shape *sh, int b, int steps, tu_rng *r)
 START_TEST(test_gdn_step)
 {
     GPU_OR_SKIP();
-    g_gdn_prefetch = 0; /* whatever a failed run before this one left */
+    g_gdn_prefetch = g_gdn_split = 0; /* whatever a failed run before this one left */
     tu_rng r;
     tu_rng_seed(&r, 0x6D17u);
     static const int bs[] = {1, 3, 16, 5};
@@ -1399,6 +1401,13 @@ START_TEST(test_gdn_step)
         gdn_case_run(&k_gdn_shapes[pfc[i].shape], pfc[i].b, pfc[i].steps, &r);
     }
     g_gdn_prefetch = 0;
+    /* the launch's own split (memra_gdn_step_args.split, what the backend's gdn_split sets):
+     * 1 where the launcher picks 2 (9b b 2, 3 steps), 4 on 0.8b b 1 */
+    g_gdn_split = 1;
+    gdn_case_run(&k_gdn_shapes[0], 2, 3, &r);
+    g_gdn_split = 4;
+    gdn_case_run(&k_gdn_shapes[1], 1, 1, &r);
+    g_gdn_split = 0;
 }
 END_TEST
 
@@ -1454,6 +1463,14 @@ START_TEST(test_gdn_launch_shape)
     ck_assert_int_eq(capture_kernels(gdn_enqueue, &a, &k2, 1), 1);
     ck_assert_uint_eq(k0.block.x, 256); /* 8 warps */
     ck_assert_ptr_eq(k2.func, k0.func);
+    /* split: CTAs per value head, grid.x = n_v_head x split (the launcher's 4 at b 1 on a
+     * 132-SM device, or what the launch forces) */
+    static const int splits[] = {1, 2, 4};
+    for (size_t i = 0; i < 3; i++) {
+        a.split = splits[i];
+        ck_assert_int_eq(capture_kernels(gdn_enqueue, &a, &k0, 1), 1);
+        ck_assert_uint_eq(k0.grid.x, 32u * (unsigned)splits[i]);
+    }
 }
 END_TEST
 
