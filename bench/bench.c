@@ -519,6 +519,7 @@ static int run_case(bench_ctx *c, bench_eng *eng, uint32_t n_eng, uint32_t ti, u
                                    .ticks = c->o->ticks,
                                    .isolation = -1,
                                    .launches = bench_be_launches(&eng[k].be, b, ts->launches),
+                                   .attn_ctas = bench_be_attn_split_ctas(&eng[k].be, b),
                                    .graph_nodes = bench_be_graph_nodes(&eng[k].be, b)};
     if (check && b > 1 && c->tier1 && c->o->isolation && c->o->synthetic)
         MEMRA_TRY(isolation_check(c, &eng[0], b, depth, &cs[0], err));

@@ -106,6 +106,8 @@ typedef struct memra_bench_case {
     double frac_bw;         /* gbs / the measured copy bandwidth */
     uint32_t launches;      /* kernel launches per tick (plans of all stages, less the
                                launches the CUDA backend folds into the one before) */
+    uint32_t attn_ctas;     /* CUDA: attention's split CTAs per (kv head, row) at this tier
+                               (memra_cuda_info.attn_split_ctas); 0: none, or the CPU */
     uint32_t graph_nodes;   /* nodes of the replayed graph; 0 when eager */
     int isolation;          /* 1: every row bit-identical to tier 1; 0: not; -1: not checked */
     uint32_t rows_differ;   /* rows whose logits differ from tier 1 */

@@ -254,6 +254,21 @@ uint32_t bench_be_launches(const bench_be *b, uint32_t tier, uint32_t plan_launc
     return plan_launches;
 }
 
+uint32_t bench_be_attn_split_ctas(const bench_be *b, uint32_t tier)
+{
+#ifdef MEMRA_BENCH_WITH_CUDA
+    if (b->cuda) {
+        const memra_cuda_info *in = memra_cuda_backend_info(b->cuda);
+        for (uint32_t t = 0; t < in->n_tiers; t++)
+            if (in->tiers[t] == tier)
+                return in->attn_split_ctas[t];
+    }
+#endif
+    (void)b;
+    (void)tier;
+    return 0;
+}
+
 int bench_be_copy_bw(memra_bench_backend kind, int device, uint64_t bytes, uint32_t reps,
                      double *best_gbs, double *median_gbs, char *method, size_t method_n,
                      memra_err *err)

@@ -87,6 +87,9 @@ uint32_t bench_be_graph_nodes(const bench_be *b, uint32_t tier);
 /* Kernel launches per tick at tier: the CUDA backend's (the plan's less the launches it
  * folds into the one before, memra_cuda_info.launches), else plan_launches. */
 uint32_t bench_be_launches(const bench_be *b, uint32_t tier, uint32_t plan_launches);
+/* CUDA: attention's split CTAs per (kv head, row) at tier (memra_cuda_info.attn_split_ctas);
+ * 0 on the CPU or without attention */
+uint32_t bench_be_attn_split_ctas(const bench_be *b, uint32_t tier);
 /* How host_us is measured, for the report. */
 const char *bench_be_host_method(memra_bench_backend kind);
 const char *bench_be_name(memra_bench_backend kind);

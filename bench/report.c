@@ -287,6 +287,8 @@ static json_t *case_json(const memra_bench_report *r, const memra_bench_case *c)
     json_object_set_new(j, "gbs", json_real(c->gbs));
     json_object_set_new(j, "frac_bw", json_real(c->frac_bw));
     json_object_set_new(j, "launches", json_integer(c->launches));
+    if (c->attn_ctas) /* CUDA with attention: the split grid this case ran */
+        json_object_set_new(j, "attn_split_ctas_used", json_integer(c->attn_ctas));
     json_object_set_new(j, "graph_nodes", json_integer(c->graph_nodes));
     json_object_set_new(j, "isolation",
                         c->isolation < 0 ? json_null() : json_boolean(c->isolation));

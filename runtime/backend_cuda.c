@@ -731,6 +731,11 @@ static int bind_plan(memra_cuda_backend *be, uint32_t t, uint32_t s, memra_err *
                                   p->tier, p->stage, i, memra_cuda_ops_error());
             if (ad->split_ctas == MEMRA_ATTN_SPLIT_CTAS_AUTO)
                 ad->split_ctas = x;
+            const uint32_t used = ad->split_ctas > 0 && ad->split_ctas < ad->max_split
+                                      ? (uint32_t)ad->split_ctas
+                                      : (uint32_t)ad->max_split;
+            if (used > be->info.attn_split_ctas[t]) /* the tier's (one value in the plans) */
+                be->info.attn_split_ctas[t] = used;
         }
         if (l->op == MEMRA_OP_GDN_STEP) { /* scheduling, never the bytes */
             L->a.gdn_step.prefetch_tasks = be->opts.gdn_prefetch;

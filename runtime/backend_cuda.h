@@ -190,6 +190,9 @@ typedef struct memra_cuda_info {
                                                    (opts.fuse), all stages */
     uint32_t graph_nodes[MEMRA_PLAN_MAX_TIERS]; /* nodes of the tier's graph; 0 when eager */
     uint64_t tick_bytes[MEMRA_PLAN_MAX_TIERS];  /* weight bytes streamed per tick (plan stats) */
+    uint32_t attn_split_ctas[MEMRA_PLAN_MAX_TIERS]; /* attn_decode's split CTAs per (kv head, row)
+                                                   at the tier (opts.attn_split_ctas resolved:
+                                                   the largest of its launches'); 0: none */
     float last_tick_ms;                /* device time of the last successful step (CUDA events) */
     float last_host_us;                /* host wall time of that step outside the wait for the
                                         * device: checks + tick block + launch, then readout */

@@ -440,6 +440,9 @@ static void sched_gate(const model_fix *f, int n_seq, int max_len)
     gate gt;
     gate_make(&gt, n_seq, max_len, ref.n_vocab, 1);
     gate_run(&ref, &gt, 1, "default engine tier 1", 1);
+    const memra_cuda_info *ri = memra_cuda_backend_info(ref.be);
+    for (uint32_t t = 0; t < ri->n_tiers; t++) /* the default grid: one CTA per split */
+        ck_assert_uint_eq(ri->attn_split_ctas[t], MEMRA_ATTN_MAX_SPLIT);
     gclose(&ref);
     g_sched.attn_split_ctas = MEMRA_ATTN_SPLIT_CTAS_AUTO;
     g_sched.attn_prefetch = 2;
@@ -447,6 +450,13 @@ static void sched_gate(const model_fix *f, int n_seq, int max_len)
     gopen(&c, f, f->plans1, 1, MAX_LEN);
     gopen(&eager, f, f->plans1, 0, MAX_LEN);
     g_sched.attn_split_ctas = g_sched.attn_prefetch = g_sched.gdn_prefetch = 0;
+    const memra_cuda_info *ci = memra_cuda_backend_info(c.be);
+    for (uint32_t t = 0; t < ci->n_tiers; t++) { /* AUTO resolved at bind, per tier */
+        ck_assert(ci->attn_split_ctas[t] >= 1 && ci->attn_split_ctas[t] <= MEMRA_ATTN_MAX_SPLIT);
+        fprintf(stderr, "%s%u: %u", t ? ", B=" : "AUTO split CTAs B=", ci->tiers[t],
+                ci->attn_split_ctas[t]);
+    }
+    fprintf(stderr, "\n");
     gate_run(&c, &gt, 1, "options: graph tier 1 vs default", 0);
     gate_run(&c, &gt, 16, "options: graph width 16 vs default", 0);
     gate_run(&eager, &gt, 7, "options: eager width 7 vs default", 0);
