@@ -224,15 +224,27 @@ void bench_be_device(const bench_be *b, char *buf, size_t n)
     cpu_name(buf, n);
 }
 
+#ifdef MEMRA_BENCH_WITH_CUDA
+/* The CUDA engine's info and the index of tier in it, or -1 (no CUDA engine, an unknown tier). */
+static int cuda_tier(const bench_be *b, uint32_t tier, const memra_cuda_info **info)
+{
+    if (!b->cuda)
+        return -1;
+    *info = memra_cuda_backend_info(b->cuda);
+    for (uint32_t t = 0; t < (*info)->n_tiers; t++)
+        if ((*info)->tiers[t] == tier)
+            return (int)t;
+    return -1;
+}
+#endif
+
 uint32_t bench_be_graph_nodes(const bench_be *b, uint32_t tier)
 {
 #ifdef MEMRA_BENCH_WITH_CUDA
-    if (b->cuda) {
-        const memra_cuda_info *in = memra_cuda_backend_info(b->cuda);
-        for (uint32_t t = 0; t < in->n_tiers; t++)
-            if (in->tiers[t] == tier)
-                return in->graphs ? in->graph_nodes[t] : 0;
-    }
+    const memra_cuda_info *in = NULL;
+    const int t = cuda_tier(b, tier, &in);
+    if (t >= 0)
+        return in->graphs ? in->graph_nodes[t] : 0;
 #endif
     (void)b;
     (void)tier;
@@ -242,12 +254,10 @@ uint32_t bench_be_graph_nodes(const bench_be *b, uint32_t tier)
 uint32_t bench_be_launches(const bench_be *b, uint32_t tier, uint32_t plan_launches)
 {
 #ifdef MEMRA_BENCH_WITH_CUDA
-    if (b->cuda) {
-        const memra_cuda_info *in = memra_cuda_backend_info(b->cuda);
-        for (uint32_t t = 0; t < in->n_tiers; t++)
-            if (in->tiers[t] == tier)
-                return in->launches[t];
-    }
+    const memra_cuda_info *in = NULL;
+    const int t = cuda_tier(b, tier, &in);
+    if (t >= 0)
+        return in->launches[t];
 #endif
     (void)b;
     (void)tier;
@@ -257,12 +267,10 @@ uint32_t bench_be_launches(const bench_be *b, uint32_t tier, uint32_t plan_launc
 uint32_t bench_be_attn_split_ctas(const bench_be *b, uint32_t tier)
 {
 #ifdef MEMRA_BENCH_WITH_CUDA
-    if (b->cuda) {
-        const memra_cuda_info *in = memra_cuda_backend_info(b->cuda);
-        for (uint32_t t = 0; t < in->n_tiers; t++)
-            if (in->tiers[t] == tier)
-                return in->attn_split_ctas[t];
-    }
+    const memra_cuda_info *in = NULL;
+    const int t = cuda_tier(b, tier, &in);
+    if (t >= 0)
+        return in->attn_split_ctas[t];
 #endif
     (void)b;
     (void)tier;
