@@ -24,7 +24,7 @@ if [ "${BENCH:-1}" != 0 ]; then forge_9b_bg 240; else forge=; fi
 (
   export LD_LIBRARY_PATH=$root/.carry/cudabackend/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   if [ "${OPS:-1}" != 0 ]; then
-    CK_FORK=no timeout "${OPS_LIMIT:-90}" "$root/.carry/cudabackend/bin/memra-gpu-ops-tests" >"$out/ops.log" 2>&1
+    CK_FORK=no timeout "${OPS_LIMIT:-180}" "$root/.carry/cudabackend/bin/memra-gpu-ops-tests" >"$out/ops.log" 2>&1
     echo "memra-gpu-ops-tests rc=$?" >>"$out/ops.log"
   fi
   if [ -n "${MMVQ_TESTS:-}" ]; then # the mmvq template: 15 qtypes x B 1..16 memcmp, bandwidth table
