@@ -46,6 +46,7 @@ void memra_bench_opts_init(memra_bench_opts *o)
     o->ticks = 100;
     o->warmup = 5;
     o->graphs = 1;
+    o->eager = 1;
     o->isolation = 1;
     o->norm_release = -1;
     o->attn_split_ctas = MEMRA_BENCH_UNSET;
@@ -599,14 +600,18 @@ fail:
     return rc;
 }
 
-/* The graph pass (CUDA with graphs) and the eager pass; eager medians linked to graph cases. */
+/* The graph pass (CUDA with graphs) and the eager pass (unless --no-eager); eager medians
+ * linked to graph cases. */
 static int run_modes(bench_ctx *c, memra_err *err)
 {
     int rc;
     memra_bench_report *r = c->r;
     const uint32_t n = c->o->n_tiers * c->o->n_depths;
     const int cuda = c->o->backend == MEMRA_BENCH_CUDA;
-    if (cuda && c->o->graphs) {
+    if (cuda && c->o->graphs && !c->o->eager) { /* --no-eager: the graph pass alone */
+        MEMRA_TRY(run_pass(c, r->plans_dir, 1, 1, r->cases, err));
+        r->n_cases = n;
+    } else if (cuda && c->o->graphs) {
         MEMRA_TRY(run_pass(c, r->plans_dir, 1, 1, r->cases, err));
         MEMRA_TRY(run_pass(c, r->plans_dir, 0, 0, r->cases + n, err));
         for (uint32_t i = 0; i < n; i++)

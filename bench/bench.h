@@ -55,6 +55,9 @@ typedef struct memra_bench_opts {
     uint32_t ticks;                          /* timed ticks per case (default 100) */
     uint32_t warmup;                         /* untimed ticks before them (default 5) */
     int graphs;                  /* 1 (default): CUDA runs graph replay and eager; 0: eager only */
+    int eager;                   /* 1 (default): with graphs, an eager pass after the graph pass
+                                    (graph_x, the graph target); 0 (--no-eager): the graph pass
+                                    alone, half the time (A/Bs) */
     int phases;                  /* 1: per-op-class marginal cost (see memra_bench_phase) */
     int no_fusion;               /* 1: CUDA launches every plan launch as planned (no SwiGLU
                                     fold, memra_cuda_opts.fuse = 0): the A/B of the fold */

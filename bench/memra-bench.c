@@ -4,7 +4,8 @@
  *
  *   memra-bench -m MODEL [--plans DIR | --planner-scripts DIR] [--tiers 1,2,4,8,16]
  *               [--depths 0,1024,8192,32768]
- *               [--ticks N] [--warmup N] [--no-graph] [--no-fusion] [--phases] [--json FILE]
+ *               [--ticks N] [--warmup N] [--no-graph | --no-eager] [--no-fusion] [--phases]
+ *               [--json FILE]
  *               [--plot FILE.svg] [--backend cuda|cpu] [--device N] [--seed N]
  *               [--prefill synthetic|decode] [--no-isolation] [--copy-mib N]
  *               [--copy-reps N] [--norm-release TIERS|none]
@@ -31,7 +32,8 @@ static void usage(FILE *f)
     fprintf(f, "usage: memra-bench -m MODEL [--plans DIR | --planner-scripts DIR]\n"
                "                   [--tiers 1,2,4,8,16]\n"
                "                   [--depths 0,1024,8192,32768] [--ticks N] [--warmup N]\n"
-               "                   [--no-graph] [--no-fusion] [--phases] [--json FILE]\n"
+               "                   [--no-graph | --no-eager] [--no-fusion] [--phases]\n"
+               "                   [--json FILE]\n"
                "                   [--plot FILE.svg]\n"
                "                   [--backend cuda|cpu] [--device N] [--seed N]\n"
                "                   [--prefill synthetic|decode] [--no-isolation]\n"
@@ -54,6 +56,8 @@ static int parse_flag(const char *a, memra_bench_opts *o, int *quiet)
 {
     if (!strcmp(a, "--no-graph"))
         o->graphs = 0;
+    else if (!strcmp(a, "--no-eager"))
+        o->eager = 0;
     else if (!strcmp(a, "--phases"))
         o->phases = 1;
     else if (!strcmp(a, "--no-fusion"))

@@ -107,13 +107,18 @@ void memra_bench_print_header(const memra_bench_report *r, FILE *f)
     fprintf(f,
             "  options   --tiers %s --depths %s --ticks %u --warmup %u%s%s%s%s%s --seed %llu "
             "--prefill %s%s --copy-mib %u --copy-reps %u\n",
-            tiers, depths, o->ticks, o->warmup, o->graphs ? "" : " --no-graph",
+            tiers, depths, o->ticks, o->warmup,
+            !o->graphs ? " --no-graph"
+            : o->eager ? ""
+                       : " --no-eager",
             o->no_fusion ? " --no-fusion" : "", norm_release, sched, o->phases ? " --phases" : "",
             (unsigned long long)o->seed, o->synthetic ? "synthetic" : "decode",
             o->isolation ? "" : " --no-isolation", o->copy_mib, o->copy_reps);
     fprintf(f, "  engine    n_ctx %u, %u slots, opened in %.0f ms%s\n", r->n_ctx, r->n_slots,
             r->open_ms,
-            o->backend == MEMRA_BENCH_CUDA && o->graphs ? " (graph pass, then an eager pass)" : "");
+            o->backend != MEMRA_BENCH_CUDA || !o->graphs ? ""
+            : o->eager                                   ? " (graph pass, then an eager pass)"
+                                                         : " (graph pass only: --no-eager)");
     fprintf(f, "  copy BW   %.1f GB/s best, %.1f median (%s; bytes read + written)\n", r->copy_gbs,
             r->copy_median_gbs, r->copy_method);
     fprintf(f, "  host time %s\n", r->host_method);
@@ -233,6 +238,7 @@ static json_t *config_json(const memra_bench_report *r)
     json_object_set_new(j, "ticks", json_integer(o->ticks));
     json_object_set_new(j, "warmup", json_integer(o->warmup));
     json_object_set_new(j, "graphs", json_boolean(o->graphs));
+    json_object_set_new(j, "eager", json_boolean(!o->graphs || o->eager)); /* an eager pass ran */
     json_object_set_new(j, "fusion", json_boolean(!o->no_fusion));
     if (o->norm_release >= 0) { /* the tiers of --norm-release; absent: the backend default */
         uint32_t nr[MEMRA_PLAN_MAX_B];

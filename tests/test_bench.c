@@ -212,6 +212,8 @@ static void check_config(json_t *j, const memra_bench_report *r)
             mask |= 1 << json_integer_value(json_array_get(nr, i));
         ck_assert_int_eq(mask, r->opts.norm_release);
     }
+    /* an eager pass ran (the CPU has no graphs, so always) */
+    ck_assert(json_is_true(json_object_get(j, "eager")));
     /* --attn-split-ctas: as the option reads it, absent at the default */
     const json_t *ac = json_object_get(j, "attn_split_ctas");
     if (r->opts.attn_split_ctas == MEMRA_BENCH_UNSET)
@@ -368,6 +370,7 @@ START_TEST(test_bench_cpu_run)
     o.norm_release = 1 << 2 | 1 << 16; /* CUDA scheduling options: reported, no effect here */
     o.attn_split_ctas = MEMRA_ATTN_SPLIT_CTAS_AUTO;
     o.attn_prefetch = 3;
+    o.eager = 0; /* no graphs on the CPU: an eager pass regardless, so still "eager": true */
     o.gdn_prefetch = 2;
     o.gdn_split = 1;
     memra_bench_report *r = bench_ok(&o);
