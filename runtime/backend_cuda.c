@@ -723,19 +723,16 @@ static int bind_plan(memra_cuda_backend *be, uint32_t t, uint32_t s, memra_err *
             memra_attn_decode_args *ad = &L->a.attn_decode;
             ad->split_ctas = be->opts.attn_split_ctas;
             ad->prefetch_batches = be->opts.attn_prefetch;
-            /* AUTO resolved here, on the host, not by queries inside the graph capture */
-            int32_t x = 0;
-            if (ad->split_ctas == MEMRA_ATTN_SPLIT_CTAS_AUTO &&
-                memra_attn_decode_cuda_split_ctas(ad, &x) != MEMRA_OK)
+            /* the grid the launch will run (AUTO resolved here, on the host, not by queries
+             * inside the graph capture; the scalar kernel's one CTA per split included) */
+            int32_t x = ad->max_split;
+            if (ad->split_ctas != 0 && memra_attn_decode_cuda_split_ctas(ad, &x) != MEMRA_OK)
                 return MEMRA_FAIL(err, MEMRA_ERR_PLAN, "plan b%u s%u launch %u (attn_decode): %s",
                                   p->tier, p->stage, i, memra_cuda_ops_error());
             if (ad->split_ctas == MEMRA_ATTN_SPLIT_CTAS_AUTO)
                 ad->split_ctas = x;
-            const uint32_t used = ad->split_ctas > 0 && ad->split_ctas < ad->max_split
-                                      ? (uint32_t)ad->split_ctas
-                                      : (uint32_t)ad->max_split;
-            if (used > be->info.attn_split_ctas[t]) /* the tier's (one value in the plans) */
-                be->info.attn_split_ctas[t] = used;
+            if ((uint32_t)x > be->info.attn_split_ctas[t]) /* the tier's (one value in the plans) */
+                be->info.attn_split_ctas[t] = (uint32_t)x;
         }
         if (l->op == MEMRA_OP_GDN_STEP) { /* scheduling, never the bytes */
             L->a.gdn_step.prefetch_tasks = be->opts.gdn_prefetch;
