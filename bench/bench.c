@@ -53,6 +53,7 @@ void memra_bench_opts_init(memra_bench_opts *o)
     o->attn_prefetch = MEMRA_BENCH_UNSET;
     o->gdn_prefetch = MEMRA_BENCH_UNSET;
     o->gdn_split = MEMRA_BENCH_UNSET;
+    o->l2_side = MEMRA_BENCH_UNSET;
     o->synthetic = 1;
     o->backend = bench_be_available(MEMRA_BENCH_CUDA) ? MEMRA_BENCH_CUDA : MEMRA_BENCH_CPU;
     o->seed = 1;
@@ -521,6 +522,7 @@ static int run_case(bench_ctx *c, bench_eng *eng, uint32_t n_eng, uint32_t ti, u
                                    .isolation = -1,
                                    .launches = bench_be_launches(&eng[k].be, b, ts->launches),
                                    .attn_ctas = bench_be_attn_split_ctas(&eng[k].be, b),
+                                   .l2_forks = bench_be_l2_side_forks(&eng[k].be, b),
                                    .graph_nodes = bench_be_graph_nodes(&eng[k].be, b)};
     if (check && b > 1 && c->tier1 && c->o->isolation && c->o->synthetic)
         MEMRA_TRY(isolation_check(c, &eng[0], b, depth, &cs[0], err));
@@ -561,6 +563,7 @@ static int eng_open(bench_ctx *c, bench_eng *e, const char *plan_dir, int graphs
                               .attn_prefetch = c->o->attn_prefetch,
                               .gdn_prefetch = c->o->gdn_prefetch,
                               .gdn_split = c->o->gdn_split,
+                              .l2_side = c->o->l2_side,
                               .device = c->o->device};
     const double t0 = now_ms();
     MEMRA_TRY(bench_be_open(&e->be, c->o->backend, plan_dir, c->g, &bo, err));

@@ -40,6 +40,9 @@ typedef enum memra_bench_backend {
 
 /* An integer option left to the backend's default. */
 #define MEMRA_BENCH_UNSET (-1000)
+/* --l2-side's largest value: runtime/backend_cuda.h MEMRA_CUDA_L2_SIDE_MAX_MIB (asserted
+ * equal in bench_backend.c, where both are seen) */
+#define MEMRA_BENCH_L2_SIDE_MAX 32
 
 typedef struct memra_bench_opts {
     const char *model; /* GGUF checkpoint (required) */
@@ -69,6 +72,8 @@ typedef struct memra_bench_opts {
                                     memra_cuda_opts.gdn_prefetch (state-row tasks ahead, 0..4) */
     int gdn_split;               /* MEMRA_BENCH_UNSET (default): the backend's default; else
                                     memra_cuda_opts.gdn_split (0 auto, 1, 2, 4) */
+    int l2_side;                 /* MEMRA_BENCH_UNSET (default): the backend's default; else
+                                    memra_cuda_opts.l2_side_mib (MiB per fork, 0..32) */
     int attn_split_ctas;         /* MEMRA_BENCH_UNSET (default): the backend's default; else
                                     memra_cuda_opts.attn_split_ctas (0 one CTA per split, N, or
                                     -1 auto): attention's split grid, an A/B of scheduling */
@@ -111,6 +116,8 @@ typedef struct memra_bench_case {
                                launches the CUDA backend folds into the one before) */
     uint32_t attn_ctas;     /* CUDA: attention's split CTAs per (kv head, row) at this tier
                                (memra_cuda_info.attn_split_ctas); 0: none, or the CPU */
+    uint32_t l2_forks;      /* CUDA: side-branch L2 prefetch launches per tick
+                               (memra_cuda_info.l2_side_forks); 0: none, or the CPU */
     uint32_t graph_nodes;   /* nodes of the replayed graph; 0 when eager */
     int isolation;          /* 1: every row bit-identical to tier 1; 0: not; -1: not checked */
     uint32_t rows_differ;   /* rows whose logits differ from tier 1 */

@@ -4,6 +4,7 @@
  */
 #include "bench_backend.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,6 +72,8 @@ int bench_be_open(bench_be *b, memra_bench_backend kind, const char *plan_dir, c
         uo.gdn_prefetch = o->gdn_prefetch;
     if (o->gdn_split != MEMRA_BENCH_UNSET)
         uo.gdn_split = o->gdn_split;
+    if (o->l2_side != MEMRA_BENCH_UNSET)
+        uo.l2_side_mib = (uint32_t)o->l2_side;
     uo.device = o->device;
     rc = memra_cuda_backend_open(plan_dir, g, &uo, &b->cuda, err);
     if (rc == MEMRA_OK) {
@@ -238,43 +241,40 @@ static int cuda_tier(const bench_be *b, uint32_t tier, const memra_cuda_info **i
 }
 #endif
 
-uint32_t bench_be_graph_nodes(const bench_be *b, uint32_t tier)
-{
+/* One of memra_cuda_info's per-tier counts at tier, by its offset in the struct: `none` when
+ * the backend is not CUDA or the tier is not one of its. */
 #ifdef MEMRA_BENCH_WITH_CUDA
+#define CUDA_TIER_U32(b, tier, field, none)                                                        \
+    cuda_tier_u32(b, tier, offsetof(memra_cuda_info, field), none)
+static uint32_t cuda_tier_u32(const bench_be *b, uint32_t tier, size_t off, uint32_t none)
+{
     const memra_cuda_info *in = NULL;
     const int t = cuda_tier(b, tier, &in);
-    if (t >= 0)
-        return in->graphs ? in->graph_nodes[t] : 0;
+    return t >= 0 ? ((const uint32_t *)((const char *)in + off))[t] : none;
+}
+_Static_assert(MEMRA_BENCH_L2_SIDE_MAX == MEMRA_CUDA_L2_SIDE_MAX_MIB, "--l2-side's range");
+#else
+#define CUDA_TIER_U32(b, tier, field, none) ((void)(b), (void)(tier), (none))
 #endif
-    (void)b;
-    (void)tier;
-    return 0;
+
+uint32_t bench_be_graph_nodes(const bench_be *b, uint32_t tier)
+{
+    return b->graphs ? CUDA_TIER_U32(b, tier, graph_nodes, 0) : 0;
 }
 
 uint32_t bench_be_launches(const bench_be *b, uint32_t tier, uint32_t plan_launches)
 {
-#ifdef MEMRA_BENCH_WITH_CUDA
-    const memra_cuda_info *in = NULL;
-    const int t = cuda_tier(b, tier, &in);
-    if (t >= 0)
-        return in->launches[t];
-#endif
-    (void)b;
-    (void)tier;
-    return plan_launches;
+    return CUDA_TIER_U32(b, tier, launches, plan_launches);
 }
 
 uint32_t bench_be_attn_split_ctas(const bench_be *b, uint32_t tier)
 {
-#ifdef MEMRA_BENCH_WITH_CUDA
-    const memra_cuda_info *in = NULL;
-    const int t = cuda_tier(b, tier, &in);
-    if (t >= 0)
-        return in->attn_split_ctas[t];
-#endif
-    (void)b;
-    (void)tier;
-    return 0;
+    return CUDA_TIER_U32(b, tier, attn_split_ctas, 0);
+}
+
+uint32_t bench_be_l2_side_forks(const bench_be *b, uint32_t tier)
+{
+    return CUDA_TIER_U32(b, tier, l2_side_forks, 0);
 }
 
 int bench_be_copy_bw(memra_bench_backend kind, int device, uint64_t bytes, uint32_t reps,

@@ -41,6 +41,7 @@ typedef struct bench_be_opts {
     int attn_prefetch;   /* CUDA: MEMRA_BENCH_UNSET the default, else opts.attn_prefetch */
     int gdn_prefetch;    /* CUDA: MEMRA_BENCH_UNSET the default, else opts.gdn_prefetch */
     int gdn_split;       /* CUDA: MEMRA_BENCH_UNSET the default, else opts.gdn_split */
+    int l2_side;         /* CUDA: MEMRA_BENCH_UNSET the default, else opts.l2_side_mib */
     int device;
 } bench_be_opts;
 
@@ -90,6 +91,9 @@ uint32_t bench_be_launches(const bench_be *b, uint32_t tier, uint32_t plan_launc
 /* CUDA: attention's split CTAs per (kv head, row) at tier (memra_cuda_info.attn_split_ctas);
  * 0 on the CPU or without attention */
 uint32_t bench_be_attn_split_ctas(const bench_be *b, uint32_t tier);
+/* CUDA: side-branch L2 prefetch launches per tick at tier (memra_cuda_info.l2_side_forks);
+ * 0 on the CPU or with the option off */
+uint32_t bench_be_l2_side_forks(const bench_be *b, uint32_t tier);
 /* How host_us is measured, for the report. */
 const char *bench_be_host_method(memra_bench_backend kind);
 const char *bench_be_name(memra_bench_backend kind);

@@ -10,7 +10,7 @@
  *               [--prefill synthetic|decode] [--no-isolation] [--copy-mib N]
  *               [--copy-reps N] [--norm-release TIERS|none]
  *               [--attn-split-ctas N|max|auto] [--attn-prefetch N] [--gdn-prefetch N]
- *               [--gdn-split auto|1|2|4] [-q]
+ *               [--gdn-split auto|1|2|4] [--l2-side MIB] [-q]
  *
  * Prints the configuration header, the human table, the JSON lines (also to --json FILE)
  * and the PASS/MISS lines of the targets the configuration covers; progress goes to stderr
@@ -39,7 +39,8 @@ static void usage(FILE *f)
                "                   [--prefill synthetic|decode] [--no-isolation]\n"
                "                   [--copy-mib N] [--copy-reps N] [--norm-release TIERS|none]\n"
                "                   [--attn-split-ctas N|max|auto] [--attn-prefetch N]\n"
-               "                   [--gdn-prefetch N] [--gdn-split auto|1|2|4] [-q]\n");
+               "                   [--gdn-prefetch N] [--gdn-split auto|1|2|4]\n"
+               "                   [--l2-side MIB] [-q]\n");
 }
 
 static int parse_u32(const char *s, uint32_t max, uint32_t *out)
@@ -127,6 +128,8 @@ static int parse_opt(const char *a, const char *v, memra_bench_opts *o)
         o->gdn_split = 0;
     else if (!strcmp(a, "--gdn-split") && !parse_u32(v, 4, &u) && (u == 1 || u == 2 || u == 4))
         o->gdn_split = (int)u;
+    else if (!strcmp(a, "--l2-side") && !parse_u32(v, MEMRA_BENCH_L2_SIDE_MAX, &u))
+        o->l2_side = (int)u;
     else
         return -1;
     return 0;

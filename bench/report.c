@@ -87,6 +87,8 @@ void memra_bench_print_header(const memra_bench_report *r, FILE *f)
         append(sched, sizeof sched, " --gdn-split auto");
     else if (o->gdn_split != MEMRA_BENCH_UNSET)
         append(sched, sizeof sched, " --gdn-split %d", o->gdn_split);
+    if (o->l2_side != MEMRA_BENCH_UNSET)
+        append(sched, sizeof sched, " --l2-side %d", o->l2_side);
     fprintf(f, "memra-bench\n");
     fprintf(f,
             "  model     %s: \"%s\", %s, %u layers, n_embd %u, n_vocab %u, %s, %.3g %s "
@@ -254,6 +256,8 @@ static json_t *config_json(const memra_bench_report *r)
         json_object_set_new(j, "gdn_prefetch", json_integer(o->gdn_prefetch));
     if (o->gdn_split != MEMRA_BENCH_UNSET) /* 0: the launcher's choice; absent: the default */
         json_object_set_new(j, "gdn_split", json_integer(o->gdn_split));
+    if (o->l2_side != MEMRA_BENCH_UNSET) /* absent: the backend default (0, off) */
+        json_object_set_new(j, "l2_side_mib", json_integer(o->l2_side));
     json_object_set_new(j, "phases", json_boolean(o->phases));
     json_object_set_new(j, "isolation", json_boolean(o->isolation));
     json_object_set_new(j, "prefill", json_string(o->synthetic ? "synthetic" : "decode"));
@@ -295,6 +299,8 @@ static json_t *case_json(const memra_bench_report *r, const memra_bench_case *c)
     json_object_set_new(j, "launches", json_integer(c->launches));
     if (c->attn_ctas) /* CUDA with attention: the split grid this case ran */
         json_object_set_new(j, "attn_split_ctas_used", json_integer(c->attn_ctas));
+    if (c->l2_forks) /* CUDA with the side-branch prefetch: its launches per tick */
+        json_object_set_new(j, "l2_side_forks", json_integer(c->l2_forks));
     json_object_set_new(j, "graph_nodes", json_integer(c->graph_nodes));
     json_object_set_new(j, "isolation",
                         c->isolation < 0 ? json_null() : json_boolean(c->isolation));

@@ -13,6 +13,7 @@ memra_area(ops SOURCES kernels/ref/ref_common.c kernels/ref/embed.c kernels/ref/
            DEPS memra_quant memra_base
            TESTS tests/test_ops.c)
 memra_area(cpu SOURCES runtime/slots.c runtime/tick.c runtime/bind.c runtime/backend_cpu.c
+           runtime/l2_side.c
            DEPS memra_ops memra_plan memra_quant memra_base
            TESTS tests/test_backend_cpu.c
            TEST_DEPS memra_planhost memra_forge memra_refmodel)

@@ -1,7 +1,8 @@
 /*
  * cuda_common.cu — the thread-local failure reason of the CUDA op entries
- * (memra_cuda_ops_error, kernels/cuda_ops.h) and memra_copy_words_cuda, the word copy the
- * CUDA backend moves tick blocks with, and the SM count launchers size grids by.
+ * (memra_cuda_ops_error, kernels/cuda_ops.h), memra_copy_words_cuda, the word copy the
+ * CUDA backend moves tick blocks with, memra_l2_prefetch_cuda, its side-branch L2 prefetch,
+ * and the SM count launchers size grids by.
  */
 #include <atomic>
 
@@ -55,4 +56,49 @@ extern "C" int memra_copy_words_cuda(void *dst, const void *src, size_t bytes, c
     const unsigned grid = n > 64ull * kCopyThreads ? 64u : cdiv_u(n, kCopyThreads);
     return cuda_ops_result(cuda_ops_launch(copy_words_kernel, dim3(grid), dim3(kCopyThreads), 0,
                                            s, 1, (unsigned *)dst, (const unsigned *)src, n));
+}
+
+namespace
+{
+
+/* Bytes per bulk prefetch instruction at most. Small, so that a range spreads over every SM:
+ * one SM issues bulk prefetches at ~160 GB/s (bench/results/mmvq-notes.md, run 33). */
+constexpr unsigned kL2Piece = 4u << 10;
+
+/* Rank g = lane x CTAs + CTA (consecutive pieces on different SMs) takes pieces g,
+ * g + threads, ... of the ranges laid end to end. */
+__global__ void __launch_bounds__(32) l2_prefetch_kernel(memra_l2_prefetch_args a)
+{
+    const unsigned long long threads = (unsigned long long)gridDim.x * 32;
+    unsigned long long g = (unsigned long long)threadIdx.x * gridDim.x + blockIdx.x;
+    for (uint32_t r = 0; r < a.n; r++) {
+        const unsigned long long pieces = (a.bytes[r] + kL2Piece - 1) / kL2Piece;
+        for (; g < pieces; g += threads) {
+            const unsigned long long off = g * kL2Piece;
+            const unsigned long long left = a.bytes[r] - off;
+            prefetch_l2_bulk((const char *)a.p[r] + off,
+                             left < kL2Piece ? (unsigned)left : kL2Piece);
+        }
+        g -= pieces; /* this thread's rank in the next range's pieces */
+    }
+}
+
+} /* namespace */
+
+extern "C" int memra_l2_prefetch_cuda(const memra_l2_prefetch_args *a, cudaStream_t s)
+{
+    if (!a || a->n > MEMRA_L2_PREFETCH_MAX_RANGES)
+        return cuda_ops_invalid("l2_prefetch: NULL args or more than 4 ranges");
+    unsigned long long pieces = 0;
+    for (uint32_t r = 0; r < a->n; r++) {
+        if (a->bytes[r] % 16 != 0 || (a->bytes[r] && (!a->p[r] || (uintptr_t)a->p[r] % 16 != 0)))
+            return cuda_ops_invalid("l2_prefetch: a range not 16-byte aligned or sized");
+        pieces += (a->bytes[r] + kL2Piece - 1) / kL2Piece;
+    }
+    if (pieces == 0)
+        return MEMRA_OK;
+    const unsigned long long sms = (unsigned long long)memra_cuda_sm_count();
+    const unsigned grid = (unsigned)(pieces < sms ? pieces : sms);
+    l2_prefetch_kernel<<<grid, 32, 0, s>>>(*a);
+    return cuda_ops_result(cudaGetLastError());
 }

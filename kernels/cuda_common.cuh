@@ -45,6 +45,16 @@ static __device__ __forceinline__ u16 dev_f32_to_fp16(float f)
     return f32_to_f16_rn(f);
 }
 
+/* A hint that pulls [p, p + bytes) into L2 (cp.async.bulk.prefetch.L2, sm_90): p 16-byte
+ * aligned, bytes a non-zero multiple of 16. Fire and forget: nothing waits for it, and like
+ * prefetch_l2 it is safe anywhere. */
+static __device__ __forceinline__ void prefetch_l2_bulk(const void *p, unsigned bytes)
+{
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(__cvta_generic_to_global(p)),
+                 "r"(bytes)
+                 : "memory");
+}
+
 /* A hint that pulls the global line holding p into L2. Safe anywhere, before the PDL wait
  * too: L2 is the point of coherence, so a later load can never see stale data through it. */
 static __device__ __forceinline__ void prefetch_l2(const void *p)

@@ -90,6 +90,21 @@ int memra_synth_fill_cuda(const memra_synth_fill_args *a, cudaStream_t s);
  * bench/results/launch-probe-2026-12-04.txt). */
 int memra_copy_words_cuda(void *dst, const void *src, size_t bytes, cudaStream_t s);
 
+/* Not a plan op: the CUDA backend's side-branch L2 prefetch (memra_cuda_opts.l2_side_mib).
+ * Pulls n ranges of device memory into L2 with cp.async.bulk.prefetch.L2 from a grid of up to
+ * one warp per SM and exits: nothing waits for the lines, and no byte anywhere changes (a
+ * hint; a later load is never stale, L2 being the point of coherence). Each p[i] 16-byte
+ * aligned and bytes[i] a multiple of 16 (0: the range is skipped). Launched WITHOUT
+ * programmatic serialisation: the backend puts it on a branch of its own beside the tick's
+ * chain of kernels, after the mat-vec that precedes the small kernels it runs beside. */
+#define MEMRA_L2_PREFETCH_MAX_RANGES 4
+typedef struct memra_l2_prefetch_args {
+    uint32_t n; /* ranges, 0..MEMRA_L2_PREFETCH_MAX_RANGES */
+    const void *p[MEMRA_L2_PREFETCH_MAX_RANGES];
+    uint64_t bytes[MEMRA_L2_PREFETCH_MAX_RANGES];
+} memra_l2_prefetch_args;
+int memra_l2_prefetch_cuda(const memra_l2_prefetch_args *a, cudaStream_t s);
+
 /* Rows of at most this many logits are sampled entirely in shared memory (8 CTAs of one
  * cluster hold 1/8 each). */
 #define MEMRA_SAMPLE_SMEM_VOCAB (8 * 48 * 1024)

@@ -117,14 +117,6 @@ __device__ __forceinline__ int key_head(const memra_gdn_step_args &a, const gdn_
 
 /* ----------------------------------- fast kernel ------------------------------------- */
 
-/* p 16-byte aligned, bytes a multiple of 16 (cp.async.bulk, sm_90) */
-__device__ __forceinline__ void prefetch_l2_bulk(const void *p, unsigned bytes)
-{
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;"
-                 ::"l"(__cvta_generic_to_global(p)), "r"(bytes)
-                 : "memory");
-}
-
 /* f(rr, v, p) for lane l's 16-byte pieces p of rows [jb, jb + G) of S_h^T: piece v of row
  * jb + rr, elements 4 l + 128 v .. + 3 (the canonical dk lane layout). */
 template <int VEC, int G, typename F>

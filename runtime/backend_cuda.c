@@ -29,6 +29,7 @@
 #include "cuda_ops.h"
 #include "cuda_util.h"
 #include "graph.h"
+#include "l2_side.h"
 #include "mmvq.h"
 #include "nvrtc.h"
 #include "slots.h"
@@ -113,6 +114,9 @@ typedef struct cuda_plan {
     memra_tick dev;        /* views of tick_dev: device addresses, for binding only */
     const void **wdev;     /* [n_weights] device address of each plan weight */
     cuda_launch *launches; /* [n_launches] */
+    memra_l2_fork *forks;  /* opts.l2_side_mib: [n_forks] (owned), in launch order */
+    memra_l2_prefetch_args *fork_args; /* [n_forks]: each fork's ranges (device addresses) */
+    uint32_t n_forks;
 } cuda_plan;
 
 /* One distinct uploaded tensor. */
@@ -145,6 +149,8 @@ struct memra_cuda_backend {
     memra_graph graphs[MEMRA_PLAN_MAX_TIERS];
     int dev_open; /* memra_cu_device_open succeeded */
     cudaStream_t stream;
+    cudaStream_t side;            /* opts.l2_side_mib: the prefetch branch's stream */
+    cudaEvent_t ev_fork, ev_join; /* opts.l2_side_mib: the branch's fork and join */
     cudaEvent_t ev_start, ev_done;
     memra_kernel_cache *kc;
     launch_ex_fn launch_ex;          /* cuLaunchKernelEx (PDL); NULL: cuLaunchKernel */
@@ -192,6 +198,8 @@ static const char *sched_opts_check(const memra_cuda_opts *o)
         return "gdn_prefetch out of range 0..4";
     if (o->gdn_split != 0 && o->gdn_split != 1 && o->gdn_split != 2 && o->gdn_split != 4)
         return "gdn_split must be 0 (the launcher's choice), 1, 2 or 4";
+    if (o->l2_side_mib > MEMRA_CUDA_L2_SIDE_MAX_MIB)
+        return "l2_side_mib out of range 0..32";
     return NULL;
 }
 
@@ -412,6 +420,11 @@ static int open_device(memra_cuda_backend *be, memra_err *err)
     MEMRA_RT_TRY(err, cudaStreamCreateWithFlags(&be->stream, cudaStreamNonBlocking));
     MEMRA_RT_TRY(err, cudaEventCreate(&be->ev_start));
     MEMRA_RT_TRY(err, cudaEventCreate(&be->ev_done));
+    if (be->opts.l2_side_mib) {
+        MEMRA_RT_TRY(err, cudaStreamCreateWithFlags(&be->side, cudaStreamNonBlocking));
+        MEMRA_RT_TRY(err, cudaEventCreateWithFlags(&be->ev_fork, cudaEventDisableTiming));
+        MEMRA_RT_TRY(err, cudaEventCreateWithFlags(&be->ev_join, cudaEventDisableTiming));
+    }
     MEMRA_TRY(memra_kernel_cache_open(&be->kc, err));
     void *fp = NULL;
     enum cudaDriverEntryPointQueryResult q;
@@ -684,6 +697,51 @@ static void fold_pairs(memra_cuda_backend *be, cuda_plan *cp, uint32_t t)
     }
 }
 
+/* opts.l2_side_mib: the plan's forks (runtime/l2_side.h, after the folds) and each one's
+ * ranges, the first bytes of its target mat-vec's weights. Counts them into
+ * info.l2_side_forks[t]. */
+static int plan_forks(memra_cuda_backend *be, cuda_plan *cp, uint32_t t, memra_err *err)
+{
+    const memra_plan *p = cp->plan;
+    if (!be->opts.l2_side_mib || !p->n_launches)
+        return MEMRA_OK;
+    uint8_t *kind = malloc(p->n_launches);
+    if (!kind)
+        return MEMRA_FAIL(err, MEMRA_ERR_NOMEM, "plan b%u s%u: out of memory", p->tier, p->stage);
+    for (uint32_t i = 0; i < p->n_launches; i++) {
+        const uint32_t op = cp->launches[i].op;
+        kind[i] = cp->launches[i].folded                               ? MEMRA_L2_SKIP
+                  : op == MEMRA_OP_MMVQ                                ? MEMRA_L2_MATVEC
+                  : op == MEMRA_OP_MMVQ_MOE || op == MEMRA_OP_MOE_DOWN ? MEMRA_L2_HEAVY
+                                                                       : MEMRA_L2_SMALL;
+    }
+    const uint32_t n = memra_l2_side_forks(kind, p->n_launches, NULL, 0);
+    cp->forks = calloc(n ? n : 1, sizeof *cp->forks);
+    cp->fork_args = calloc(n ? n : 1, sizeof *cp->fork_args);
+    if (!cp->forks || !cp->fork_args) {
+        free(kind);
+        return MEMRA_FAIL(err, MEMRA_ERR_NOMEM, "plan b%u s%u: out of memory", p->tier, p->stage);
+    }
+    cp->n_forks = memra_l2_side_forks(kind, p->n_launches, cp->forks, n);
+    free(kind);
+    const uint64_t budget = (uint64_t)be->opts.l2_side_mib << 20;
+    for (uint32_t f = 0; f < cp->n_forks; f++) {
+        const memra_mmvq_params *mp = &cp->launches[cp->forks[f].target].ml.params;
+        memra_l2_prefetch_args *a = &cp->fork_args[f];
+        uint64_t bytes[MEMRA_MMVQ_MAX_OUT], take[MEMRA_MMVQ_MAX_OUT];
+        a->n = (uint32_t)mp->n_w;
+        for (uint32_t w = 0; w < a->n; w++) {
+            bytes[w] = mp->out[w].row_bytes * (uint64_t)mp->out[w].n_out;
+            a->p[w] = mp->out[w].w;
+        }
+        memra_l2_side_take(bytes, a->n, mp->swiglu_q != NULL, budget, take);
+        for (uint32_t w = 0; w < a->n; w++)
+            a->bytes[w] = take[w];
+    }
+    be->info.l2_side_forks[t] += cp->n_forks;
+    return MEMRA_OK;
+}
+
 /* Bind and check every launch of plan (t, s). */
 static int bind_plan(memra_cuda_backend *be, uint32_t t, uint32_t s, memra_err *err)
 {
@@ -740,7 +798,7 @@ static int bind_plan(memra_cuda_backend *be, uint32_t t, uint32_t s, memra_err *
         }
     }
     fold_pairs(be, cp, t);
-    return MEMRA_OK;
+    return plan_forks(be, cp, t, err);
 fail:
     return rc;
 }
@@ -830,7 +888,16 @@ static int enqueue_stage(memra_cuda_backend *be, uint32_t t, uint32_t s, cudaStr
     const int prof = eager && cp->prof;
     if (prof)
         MEMRA_RT_TRY(err, cudaEventRecord(cp->prof[0], st));
+    uint32_t next_fork = 0;
     for (uint32_t i = 0; i < p->n_launches; i++) {
+        if (next_fork < cp->n_forks && cp->forks[next_fork].at == i) {
+            /* the branch: after everything enqueued so far, beside what follows */
+            MEMRA_RT_TRY(err, cudaEventRecord(be->ev_fork, st));
+            MEMRA_RT_TRY(err, cudaStreamWaitEvent(be->side, be->ev_fork, 0));
+            if (memra_l2_prefetch_cuda(&cp->fork_args[next_fork], be->side) != MEMRA_OK)
+                return launch_fail(err, cp, i, memra_cuda_ops_error());
+            next_fork++;
+        }
         const fault *f =
             eager && be->fault.kind && be->fault.tier == t && s == 0 && be->fault.launch == i
                 ? &be->fault
@@ -844,6 +911,10 @@ static int enqueue_stage(memra_cuda_backend *be, uint32_t t, uint32_t s, cudaStr
             if (e != cudaSuccess)
                 return launch_fail_rt(err, cp, i, e);
         }
+    }
+    if (cp->n_forks) { /* the branch joins the chain at the stage's end */
+        MEMRA_RT_TRY(err, cudaEventRecord(be->ev_join, be->side));
+        MEMRA_RT_TRY(err, cudaStreamWaitEvent(st, be->ev_join, 0));
     }
     return MEMRA_OK;
 fail:
@@ -994,6 +1065,8 @@ static void free_plan(cuda_plan *cp)
         cudaFree(cp->tick_dev);
     free((void *)cp->wdev);
     free(cp->launches);
+    free(cp->forks);
+    free(cp->fork_args);
     free(cp->region_map);
     free(cp->row_slot);
     memra_plan_free(cp->plan);
@@ -1023,6 +1096,12 @@ void memra_cuda_backend_close(memra_cuda_backend *be)
         cudaEventDestroy(be->ev_start);
     if (be->ev_done)
         cudaEventDestroy(be->ev_done);
+    if (be->ev_fork)
+        cudaEventDestroy(be->ev_fork);
+    if (be->ev_join)
+        cudaEventDestroy(be->ev_join);
+    if (be->side)
+        cudaStreamDestroy(be->side);
     if (be->stream)
         cudaStreamDestroy(be->stream);
     if (be->dev_open) {

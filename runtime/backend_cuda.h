@@ -69,6 +69,10 @@
  * B=1 and 16 ran 0.5 % slower with it). */
 #define MEMRA_CUDA_NORM_RELEASE_TIERS (1u << 2)
 
+/* memra_cuda_opts.l2_side_mib's largest value: well inside the H100 / H200 L2 (50 MB), so the
+ * lines are still there when the mat-vec reads them. */
+#define MEMRA_CUDA_L2_SIDE_MAX_MIB 32
+
 typedef struct memra_cuda_opts {
     uint32_t n_slots;     /* sessions live at once (default 16) */
     uint32_t n_ctx;       /* tokens per session (default 4096) */
@@ -106,6 +110,11 @@ typedef struct memra_cuda_opts {
     int gdn_split;        /* gdn_step's fast kernel, CTAs per value head: 0 (default) the
                              launcher's choice (up to 4 at small grids, kernels/gdn_step.cu), or
                              1, 2, 4 forced where the shape takes it (scheduling only) */
+    uint32_t l2_side_mib; /* side-branch L2 prefetch (runtime/l2_side.h): at each run of small
+                             kernels after a mat-vec, a prefetch kernel on a branch beside the
+                             chain pulls the first l2_side_mib MiB of the next mat-vec's weights
+                             into L2 while the small kernels run; 0 (default): none; at most
+                             MEMRA_CUDA_L2_SIDE_MAX_MIB (scheduling only: the same bytes) */
     int sync_launches;    /* 0 (default); 1: eager ticks synchronize after every launch, so
                              an asynchronous fault names its launch (debugging; slow) */
     uint32_t staging_mib; /* pinned staging chunk of the weight upload, MiB (default 64) */
@@ -193,6 +202,8 @@ typedef struct memra_cuda_info {
     uint32_t attn_split_ctas[MEMRA_PLAN_MAX_TIERS]; /* attn_decode's split CTAs per (kv head, row)
                                                    at the tier (opts.attn_split_ctas resolved:
                                                    the largest of its launches'); 0: none */
+    uint32_t l2_side_forks[MEMRA_PLAN_MAX_TIERS];   /* side-branch L2 prefetch launches per tick
+                                                     (opts.l2_side_mib), all stages; 0: none */
     float last_tick_ms;                /* device time of the last successful step (CUDA events) */
     float last_host_us;                /* host wall time of that step outside the wait for the
                                         * device: checks + tick block + launch, then readout */

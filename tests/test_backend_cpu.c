@@ -27,6 +27,7 @@
 #include "attn_decode.h"
 #include "backend_cpu.h"
 #include "forge.h"
+#include "l2_side.h"
 #include "planner.h"
 #include "refmodel.h"
 #include "slots.h"
@@ -233,16 +234,24 @@ END_TEST
 
 /* The reference model's attention split bound is the planner's (else the two agree only
  * while every context fits in fewer splits, and part ways on long ones). */
-START_TEST(test_plan_max_split_is_refmodels)
+/* The tiny model's tier-1 plan (one stage), loaded with its GGUF. */
+static memra_plan *tiny_plan1(memra_gguf **g)
 {
     model_fix *f = &g_tiny;
     ck_assert_msg(f->ok, "fixture failed");
     memra_err err;
     memra_err_clear(&err);
-    memra_gguf *g = NULL;
-    ck_assert_msg(memra_gguf_open(f->path, &g, &err) == MEMRA_OK, "%s", err.msg);
+    *g = NULL;
+    ck_assert_msg(memra_gguf_open(f->path, g, &err) == MEMRA_OK, "%s", err.msg);
     memra_plan *p = NULL;
-    ck_assert_msg(memra_plan_load(f->plans1, 1, 0, g, &p, &err) == MEMRA_OK, "%s", err.msg);
+    ck_assert_msg(memra_plan_load(f->plans1, 1, 0, *g, &p, &err) == MEMRA_OK, "%s", err.msg);
+    return p;
+}
+
+START_TEST(test_plan_max_split_is_refmodels)
+{
+    memra_gguf *g = NULL;
+    memra_plan *p = tiny_plan1(&g);
     int seen = 0;
     for (uint32_t i = 0; i < p->n_launches; i++) {
         const memra_plan_launch *l = &p->launches[i];
@@ -254,6 +263,87 @@ START_TEST(test_plan_max_split_is_refmodels)
     memra_plan_free(p);
     memra_gguf_close(g);
     ck_assert_int_gt(seen, 0);
+}
+END_TEST
+
+/* The side-branch L2 prefetch schedule (runtime/l2_side.h, the CUDA backend's
+ * opts.l2_side_mib): where the forks go in a launch sequence and what each one takes. */
+START_TEST(test_l2_side_schedule)
+{
+    enum { S = MEMRA_L2_SMALL, M = MEMRA_L2_MATVEC, H = MEMRA_L2_HEAVY, K = MEMRA_L2_SKIP };
+    /* embed norm gdn_in gdn_step out norm gate+up (silu folded) down norm moe norm mmvq
+     * final-norm lm-head sample */
+    const uint8_t kind[] = {S, S, M, S, M, S, M, K, M, S, H, S, M, S, M, S};
+    memra_l2_fork f[8];
+    const uint32_t n = memra_l2_side_forks(kind, sizeof kind, f, 8);
+    const memra_l2_fork want[] = {{0, 2}, {3, 4}, {5, 6}, {11, 12}, {13, 14}};
+    ck_assert_uint_eq(n, sizeof want / sizeof want[0]); /* none before the MoE, none at the end */
+    for (uint32_t i = 0; i < n; i++) {
+        ck_assert_uint_eq(f[i].at, want[i].at);
+        ck_assert_uint_eq(f[i].target, want[i].target);
+    }
+    memra_l2_fork two[2] = {{99, 99}, {99, 99}};
+    ck_assert_uint_eq(memra_l2_side_forks(kind, sizeof kind, two, 1), n); /* the cap */
+    ck_assert_uint_eq(two[0].at, 0);
+    ck_assert_uint_eq(two[1].at, 99);
+    ck_assert_uint_eq(memra_l2_side_forks(kind, 0, NULL, 0), 0);
+    const uint8_t folded_run[] = {M, K, S,
+                                  K, S, M}; /* a skipped launch neither starts nor ends a run */
+    ck_assert_uint_eq(memra_l2_side_forks(folded_run, 6, f, 8), 1);
+    ck_assert_uint_eq(f[0].at, 2);
+    ck_assert_uint_eq(f[0].target, 5);
+
+    /* end to end: the first weights first, 16-byte multiples */
+    uint64_t take[4];
+    const uint64_t b3[] = {1600, 800, 10};
+    ck_assert_uint_eq(memra_l2_side_take(b3, 3, 0, 1925, take), 1920);
+    ck_assert_uint_eq(take[0], 1600);
+    ck_assert_uint_eq(take[1], 320);
+    ck_assert_uint_eq(take[2], 0);
+    ck_assert_uint_eq(memra_l2_side_take(b3, 3, 0, 1u << 20, take), 2400); /* all but the tail */
+    ck_assert_uint_eq(take[2], 0);
+    /* side by side (gate, up): an equal share each */
+    const uint64_t b2[] = {16000, 16000}, small[] = {32, 4096};
+    ck_assert_uint_eq(memra_l2_side_take(b2, 2, 1, 1608, take), 1600);
+    ck_assert_uint_eq(take[0], 800);
+    ck_assert_uint_eq(take[1], 800);
+    ck_assert_uint_eq(memra_l2_side_take(small, 2, 1, 1024, take), 544);
+    ck_assert_uint_eq(take[0], 32);
+    ck_assert_uint_eq(take[1], 512);
+    ck_assert_uint_eq(memra_l2_side_take(b2, 2, 0, 0, take), 0);
+}
+END_TEST
+
+/* The same schedule over a real plan: every fork sits at the first small launch after a
+ * mat-vec, targets the next mat-vec with only small launches between, and every mat-vec that
+ * follows a small launch is some fork's target. */
+START_TEST(test_l2_side_real_plan)
+{
+    memra_gguf *g = NULL;
+    memra_plan *p = tiny_plan1(&g);
+    uint8_t *kind = calloc(p->n_launches, 1);
+    memra_l2_fork *fk = calloc(p->n_launches, sizeof *fk);
+    ck_assert(kind && fk);
+    uint32_t targets = 0;
+    for (uint32_t i = 0; i < p->n_launches; i++) {
+        kind[i] = p->launches[i].op == MEMRA_OP_MMVQ ? MEMRA_L2_MATVEC : MEMRA_L2_SMALL;
+        targets += kind[i] == MEMRA_L2_MATVEC && i > 0 && kind[i - 1] == MEMRA_L2_SMALL;
+    }
+    const uint32_t n = memra_l2_side_forks(kind, p->n_launches, fk, p->n_launches);
+    ck_assert_uint_eq(n, targets);
+    ck_assert_uint_gt(n, 2);
+    for (uint32_t k = 0; k < n; k++) {
+        ck_assert_uint_eq(kind[fk[k].at], MEMRA_L2_SMALL);
+        ck_assert(fk[k].at == 0 || kind[fk[k].at - 1] == MEMRA_L2_MATVEC);
+        ck_assert_uint_eq(kind[fk[k].target], MEMRA_L2_MATVEC);
+        for (uint32_t i = fk[k].at; i < fk[k].target; i++)
+            ck_assert_uint_eq(kind[i], MEMRA_L2_SMALL);
+        ck_assert(k == 0 || fk[k].at > fk[k - 1].target);
+    }
+    free(kind);
+    free(fk);
+    memra_plan_free(p);
+    memra_gguf_close(g);
 }
 END_TEST
 
@@ -634,6 +724,7 @@ Suite *make_backend_cpu_suite(void)
     TCase *unit = tcase_create("layout");
     tcase_add_test(unit, test_slot_layout_and_pool);
     tcase_add_test(unit, test_tick_layout);
+    tcase_add_test(unit, test_l2_side_schedule);
     suite_add_tcase(s, unit);
 
     TCase *dense = tcase_create("dense");
@@ -641,6 +732,7 @@ Suite *make_backend_cpu_suite(void)
     tcase_add_unchecked_fixture(dense, dense_setup, dense_teardown);
     tcase_add_test(dense, test_dense_matches_refmodel);
     tcase_add_test(dense, test_plan_max_split_is_refmodels);
+    tcase_add_test(dense, test_l2_side_real_plan);
     tcase_add_test(dense, test_isolation_gate);
     tcase_add_test(dense, test_stage_gate);
     tcase_add_test(dense, test_kv_q8_0);

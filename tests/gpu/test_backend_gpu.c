@@ -188,6 +188,7 @@ typedef struct gpu_ctx {
  * test_scheduling_options turns them on around its engines. */
 static struct {
     int attn_split_ctas, attn_prefetch, gdn_prefetch;
+    uint32_t l2_side_mib;
 } g_sched;
 
 static void gopen(gpu_ctx *c, const model_fix *f, const char *plans, int graphs, uint32_t n_ctx)
@@ -204,6 +205,7 @@ static void gopen(gpu_ctx *c, const model_fix *f, const char *plans, int graphs,
     o.attn_split_ctas = g_sched.attn_split_ctas;
     o.attn_prefetch = g_sched.attn_prefetch;
     o.gdn_prefetch = g_sched.gdn_prefetch;
+    o.l2_side_mib = g_sched.l2_side_mib;
     int rc = memra_cuda_backend_open(plans, c->g, &o, &c->be, &err);
     ck_assert_msg(rc == MEMRA_OK, "open (%s): %s", memra_strerror(rc), err.msg);
     c->n_vocab = memra_cuda_backend_n_vocab(c->be);
@@ -429,42 +431,55 @@ static void engines_gate(const model_fix *f, int n_seq, int max_len, int full)
 }
 
 /* The scheduling options (attention's split grid AUTO and its L2 prefetch, gdn_step's L2
- * prefetch) through the whole backend: AUTO resolved at bind, the prefetching kernels
- * captured into the graphs and run in the PDL chain. Every row of every width, graph and eager,
- * must be memcmp-equal to the default engine's tier-1 run of its sequence. */
+ * prefetch, the side-branch L2 prefetch) through the whole backend: AUTO resolved at bind,
+ * the prefetching kernels captured into the graphs and run in the PDL chain, the side
+ * branch forked and joined in every stage (graph and eager). Every row of every width, graph
+ * and eager, one stage and two, must be memcmp-equal to the default engine's tier-1 run of
+ * its sequence. */
 static void sched_gate(const model_fix *f, int n_seq, int max_len)
 {
-    g_sched.attn_split_ctas = g_sched.attn_prefetch = g_sched.gdn_prefetch = 0;
-    gpu_ctx ref, c, eager;
+    memset(&g_sched, 0, sizeof g_sched);
+    gpu_ctx ref, c, eager, two;
     gopen(&ref, f, f->plans1, 1, MAX_LEN);
     gate gt;
     gate_make(&gt, n_seq, max_len, ref.n_vocab, 1);
     gate_run(&ref, &gt, 1, "default engine tier 1", 1);
     const memra_cuda_info *ri = memra_cuda_backend_info(ref.be);
-    for (uint32_t t = 0; t < ri->n_tiers; t++) /* the default grid: one CTA per split */
+    uint32_t ref_nodes[MEMRA_PLAN_MAX_TIERS];
+    for (uint32_t t = 0; t < ri->n_tiers; t++) { /* the default grid: one CTA per split */
         ck_assert_uint_eq(ri->attn_split_ctas[t], MEMRA_ATTN_MAX_SPLIT);
+        ck_assert_uint_eq(ri->l2_side_forks[t], 0); /* off by default */
+        ref_nodes[t] = ri->graph_nodes[t];
+    }
     gclose(&ref);
     g_sched.attn_split_ctas = MEMRA_ATTN_SPLIT_CTAS_AUTO;
     g_sched.attn_prefetch = 2;
     g_sched.gdn_prefetch = 2;
+    g_sched.l2_side_mib = 4;
     gopen(&c, f, f->plans1, 1, MAX_LEN);
     gopen(&eager, f, f->plans1, 0, MAX_LEN);
-    g_sched.attn_split_ctas = g_sched.attn_prefetch = g_sched.gdn_prefetch = 0;
+    gopen(&two, f, f->plans2, 0, MAX_LEN);
+    memset(&g_sched, 0, sizeof g_sched);
     const memra_cuda_info *ci = memra_cuda_backend_info(c.be);
     for (uint32_t t = 0; t < ci->n_tiers; t++) { /* AUTO resolved at bind, per tier */
         ck_assert(ci->attn_split_ctas[t] >= 1 && ci->attn_split_ctas[t] <= MEMRA_ATTN_MAX_SPLIT);
-        fprintf(stderr, "%s%u: %u", t ? ", B=" : "AUTO split CTAs B=", ci->tiers[t],
-                ci->attn_split_ctas[t]);
+        /* the side branch is in the graph: one prefetch node per fork, nothing else */
+        ck_assert_uint_gt(ci->l2_side_forks[t], 0);
+        ck_assert_uint_eq(ci->graph_nodes[t], ref_nodes[t] + ci->l2_side_forks[t]);
+        fprintf(stderr, "%s%u: %u (%u forks)", t ? ", B=" : "AUTO split CTAs B=", ci->tiers[t],
+                ci->attn_split_ctas[t], ci->l2_side_forks[t]);
     }
     fprintf(stderr, "\n");
     gate_run(&c, &gt, 1, "options: graph tier 1 vs default", 0);
     gate_run(&c, &gt, 16, "options: graph width 16 vs default", 0);
     gate_run(&eager, &gt, 7, "options: eager width 7 vs default", 0);
+    gate_run(&two, &gt, 5, "options: two stages eager width 5 vs default", 0);
     gclose(&c);
     gclose(&eager);
+    gclose(&two);
     fprintf(stderr,
-            "scheduling options (attn AUTO + prefetch 2, gdn prefetch 2): %d sequences "
-            "bit-identical to the default engine\n",
+            "scheduling options (attn AUTO + prefetch 2, gdn prefetch 2, L2 side 4 MiB): %d "
+            "sequences bit-identical to the default engine\n",
             n_seq);
     gate_free(&gt);
 }
@@ -821,31 +836,27 @@ START_TEST(test_open_refusals)
     memra_err err;
     memra_err_clear(&err);
     /* options are checked before the device is opened: refused with or without a GPU */
-    memra_cuda_opts bad;
-    memra_cuda_opts_init(&bad);
-    bad.attn_split_ctas = MEMRA_ATTN_SPLIT_CTAS_AUTO - 1;
-    ck_assert_int_eq(memra_cuda_backend_open("/nonexistent/memra-plans", NULL, &bad, &be, &err),
-                     MEMRA_ERR_INVALID_ARG);
-    ck_assert_ptr_null(be);
-    ck_assert_ptr_nonnull(strstr(err.msg, "attn_split_ctas"));
-    memra_cuda_opts_init(&bad);
-    bad.attn_prefetch = MEMRA_ATTN_MAX_PREFETCH + 1;
-    memra_err_clear(&err);
-    ck_assert_int_eq(memra_cuda_backend_open("/nonexistent/memra-plans", NULL, &bad, &be, &err),
-                     MEMRA_ERR_INVALID_ARG);
-    ck_assert_ptr_nonnull(strstr(err.msg, "attn_prefetch"));
-    memra_cuda_opts_init(&bad);
-    bad.gdn_prefetch = -1;
-    memra_err_clear(&err);
-    ck_assert_int_eq(memra_cuda_backend_open("/nonexistent/memra-plans", NULL, &bad, &be, &err),
-                     MEMRA_ERR_INVALID_ARG);
-    ck_assert_ptr_nonnull(strstr(err.msg, "gdn_prefetch"));
-    memra_cuda_opts_init(&bad);
-    bad.gdn_split = 3;
-    memra_err_clear(&err);
-    ck_assert_int_eq(memra_cuda_backend_open("/nonexistent/memra-plans", NULL, &bad, &be, &err),
-                     MEMRA_ERR_INVALID_ARG);
-    ck_assert_ptr_nonnull(strstr(err.msg, "gdn_split"));
+    for (int k = 0; k < 5; k++) {
+        memra_cuda_opts bad;
+        memra_cuda_opts_init(&bad);
+        static const char *const what[] = {"attn_split_ctas", "attn_prefetch", "gdn_prefetch",
+                                           "gdn_split", "l2_side_mib"};
+        if (k == 0)
+            bad.attn_split_ctas = MEMRA_ATTN_SPLIT_CTAS_AUTO - 1;
+        if (k == 1)
+            bad.attn_prefetch = MEMRA_ATTN_MAX_PREFETCH + 1;
+        if (k == 2)
+            bad.gdn_prefetch = -1;
+        if (k == 3)
+            bad.gdn_split = 3;
+        if (k == 4)
+            bad.l2_side_mib = MEMRA_CUDA_L2_SIDE_MAX_MIB + 1;
+        memra_err_clear(&err);
+        ck_assert_int_eq(memra_cuda_backend_open("/nonexistent/memra-plans", NULL, &bad, &be, &err),
+                         MEMRA_ERR_INVALID_ARG);
+        ck_assert_ptr_null(be);
+        ck_assert_msg(strstr(err.msg, what[k]), "option %s: %s", what[k], err.msg);
+    }
     memra_err_clear(&err);
     int rc = memra_cuda_backend_open("/nonexistent/memra-plans", NULL, NULL, &be, &err);
     ck_assert_ptr_null(be);
@@ -855,6 +866,7 @@ START_TEST(test_open_refusals)
         return;
     }
     ck_assert_int_ne(rc, MEMRA_OK);
+    memra_cuda_opts bad;
     memra_cuda_opts_init(&bad);
     bad.n_slots = 0;
     memra_err_clear(&err);

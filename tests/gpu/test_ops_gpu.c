@@ -2056,6 +2056,53 @@ START_TEST(test_copy_words)
 }
 END_TEST
 
+static int l2_prefetch_enqueue(const void *a, cudaStream_t s)
+{
+    return memra_l2_prefetch_cuda(a, s);
+}
+
+/* The side-branch L2 prefetch (the CUDA backend's opts.l2_side_mib): it runs over real
+ * buffers and changes no byte of them, its grid is one warp per 4 KiB piece up to one per SM
+ * (none for empty ranges), and bad ranges are refused before anything is enqueued. */
+START_TEST(test_l2_prefetch)
+{
+    GPU_OR_SKIP();
+    const size_t n = (size_t)8 << 20;
+    uint8_t *h = halloc(n + 64), *back = halloc(n + 64);
+    for (size_t k = 0; k < n + 64; k++)
+        h[k] = (uint8_t)(k * 131u + 7u);
+    uint8_t *d = dalloc(n + 64);
+    h2d(d, h, n + 64);
+    memra_l2_prefetch_args a = {
+        .n = 4, .p = {d, d + 16, d + 4096, d + 64}, .bytes = {0, 16, 3 * 4096 + 16, n}};
+    CK_OP(memra_l2_prefetch_cuda(&a, 0));
+    CK_CUDA(cudaDeviceSynchronize());
+    d2h(back, d, n + 64);
+    ck_assert_msg(memcmp(back, h, n + 64) == 0, "l2_prefetch changed a byte of its ranges");
+    int dev = 0, sms = 0;
+    CK_CUDA(cudaGetDevice(&dev));
+    CK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    captured_kernel k[2];
+    ck_assert_int_eq(capture_kernels(l2_prefetch_enqueue, &a, k, 2), 1);
+    ck_assert_uint_eq(k[0].block.x, 32);
+    ck_assert_uint_eq(k[0].grid.x, (unsigned)sms); /* 2053 pieces */
+    const memra_l2_prefetch_args few = {.n = 2, .p = {d, d + 4096}, .bytes = {4096 + 16, 4096}};
+    ck_assert_int_eq(capture_kernels(l2_prefetch_enqueue, &few, k, 2), 1);
+    ck_assert_uint_eq(k[0].grid.x, 3); /* 2 + 1 pieces, one CTA each */
+    const memra_l2_prefetch_args none = {.n = 1, .p = {d}, .bytes = {0}};
+    ck_assert_int_eq(capture_kernels(l2_prefetch_enqueue, &none, k, 2), 0);
+    memra_l2_prefetch_args bad = {.n = MEMRA_L2_PREFETCH_MAX_RANGES + 1};
+    ck_assert_int_eq(memra_l2_prefetch_cuda(&bad, 0), MEMRA_ERR_INVALID_ARG);
+    bad = (memra_l2_prefetch_args){.n = 1, .p = {d + 8}, .bytes = {16}};
+    ck_assert_int_eq(memra_l2_prefetch_cuda(&bad, 0), MEMRA_ERR_INVALID_ARG);
+    bad = (memra_l2_prefetch_args){.n = 1, .p = {d}, .bytes = {24}};
+    ck_assert_int_eq(memra_l2_prefetch_cuda(&bad, 0), MEMRA_ERR_INVALID_ARG);
+    bad = (memra_l2_prefetch_args){.n = 1, .p = {NULL}, .bytes = {16}};
+    ck_assert_int_eq(memra_l2_prefetch_cuda(&bad, 0), MEMRA_ERR_INVALID_ARG);
+    ck_assert_int_eq(memra_l2_prefetch_cuda(NULL, 0), MEMRA_ERR_INVALID_ARG);
+}
+END_TEST
+
 Suite *make_ops_gpu_suite(void)
 {
     Suite *s = suite_create("ops_gpu");
@@ -2068,6 +2115,7 @@ Suite *make_ops_gpu_suite(void)
                  test_attn_decode_lengths, test_attn_decode_split_ctas, test_attn_decode_prefetch,
                  test_attn_decode_launch_shape);
     GPU_ADD_CASE(s, "gdn_step", test_gdn_step, test_gdn_launch_shape, test_gdn_rejects);
+    GPU_ADD_CASE(s, "l2_prefetch", test_l2_prefetch);
     GPU_ADD_CASE(s, "sample", test_sample, test_sample_draws, test_sample_edges);
     GPU_ADD_CASE(s, "exact_math", test_exact_math_gpu);
     GPU_ADD_CASE(s, "synth_fill", test_synth_fill);

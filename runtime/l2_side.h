@@ -1,0 +1,49 @@
+/*
+ * l2_side.h — where the CUDA backend's side-branch L2 prefetch runs (memra_cuda_opts.
+ * l2_side_mib), as a function of a plan's launch sequence, so that the schedule is tested on
+ * any machine (tests/test_backend_cpu.c) and the backend only maps it to device pointers.
+ *
+ * At tier 1 the tick alternates mat-vecs, which stream weights at near the copy rate, with
+ * runs of small kernels (norms, gdn_step, attention) that leave DRAM nearly idle for a few
+ * microseconds each. A fork lets a one-warp-per-SM prefetch kernel, on a branch beside the
+ * chain, start when a mat-vec ends and pull the first bytes of the NEXT mat-vec's weights into
+ * L2 while the small kernels run; the chain itself gains no dependency (the branch joins at
+ * the stage's end). A hint: no byte of any result depends on it.
+ *
+ * Must not: depend on the device, or choose anything that changes a result.
+ */
+#ifndef MEMRA_L2_SIDE_H
+#define MEMRA_L2_SIDE_H
+
+#include <stdint.h>
+
+/* A launch's part in the schedule. */
+enum {
+    MEMRA_L2_SKIP = 0,   /* not launched (folded into its neighbour) */
+    MEMRA_L2_MATVEC = 1, /* streams weights known at bind time: a fork's target (mmvq) */
+    MEMRA_L2_HEAVY = 2,  /* streams what only the device knows (MoE experts): never beside a
+                            fork, never a target */
+    MEMRA_L2_SMALL = 3,  /* everything else: latency-bound, DRAM mostly idle */
+};
+
+typedef struct memra_l2_fork {
+    uint32_t at;     /* the fork is made just before launch `at` (a SMALL launch) */
+    uint32_t target; /* the MATVEC launch whose weights it prefetches */
+} memra_l2_fork;
+
+/* The forks of a launch sequence kind[0..n): one at the first SMALL launch of every run of
+ * SMALL launches that starts the sequence or follows a MATVEC / HEAVY launch, when the next
+ * launch that is not SMALL or SKIP is a MATVEC (its target). At most `cap` written to out
+ * (which may be NULL when cap is 0); returns how many there are. */
+uint32_t memra_l2_side_forks(const uint8_t *kind, uint32_t n, memra_l2_fork *out, uint32_t cap);
+
+/* How many bytes of each of a target's n_w weights (bytes[i] each, in launch order) a budget
+ * of `budget` bytes prefetches, into take[i]: the weights' first bytes in the order the
+ * mat-vec reads them, each take a multiple of 16. paired = 0: the rows laid end to end
+ * (the direct path's warp order), so the first weights first; paired = 1: every weight read
+ * side by side (the fused SwiGLU's gate and up, row block c of both in CUDA block c), an
+ * equal share each. Returns the sum of take. */
+uint64_t memra_l2_side_take(const uint64_t *bytes, uint32_t n_w, int paired, uint64_t budget,
+                            uint64_t *take);
+
+#endif
