@@ -697,6 +697,9 @@ static void fold_pairs(memra_cuda_backend *be, cuda_plan *cp, uint32_t t)
     }
 }
 
+_Static_assert(MEMRA_MMVQ_MAX_OUT <= MEMRA_L2_PREFETCH_MAX_RANGES,
+               "a fork prefetches every weight of its mat-vec");
+
 /* opts.l2_side_mib: the plan's forks (runtime/l2_side.h, after the folds) and each one's
  * ranges, the first bytes of its target mat-vec's weights. Counts them into
  * info.l2_side_forks[t]. */
@@ -894,8 +897,12 @@ static int enqueue_stage(memra_cuda_backend *be, uint32_t t, uint32_t s, cudaStr
             /* the branch: after everything enqueued so far, beside what follows */
             MEMRA_RT_TRY(err, cudaEventRecord(be->ev_fork, st));
             MEMRA_RT_TRY(err, cudaStreamWaitEvent(be->side, be->ev_fork, 0));
-            if (memra_l2_prefetch_cuda(&cp->fork_args[next_fork], be->side) != MEMRA_OK)
-                return launch_fail(err, cp, i, memra_cuda_ops_error());
+            if (memra_l2_prefetch_cuda(&cp->fork_args[next_fork], be->side) != MEMRA_OK) {
+                char what[256];
+                snprintf(what, sizeof what, "the side-branch L2 prefetch before it: %s",
+                         memra_cuda_ops_error());
+                return launch_fail(err, cp, i, what);
+            }
             next_fork++;
         }
         const fault *f =

@@ -19,7 +19,7 @@
 # because BUDGET ran out reads CUT, not FAIL: no verdict either way (until session 12 such
 # steps read FAIL, gates-2026-12-04-s12-partial.txt). Env: BUDGET (s, all steps),
 # OPS_LIMIT / MMVQ_LIMIT / GATES_LIMIT (s, per step), SKIP_MMVQ_TESTS=1 (skip memra-gpu-tests:
-# ~50 s with a warm kernel cache, ~90 s cold).
+# ~50 s with a warm kernel cache, ~90 s cold), CASES (below: chosen test cases only).
 set -u
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -81,6 +81,22 @@ checks() { grep -Eo '[0-9]+%: Checks: [0-9]+, Failures: [0-9]+, Errors: [0-9]+' 
 
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader \
   | tee "$out/device.txt"
+
+# CASES="BINARY:TCASE ..." (e.g. "memra-gpu-ops-tests:l2_prefetch memra-gpu-backend-tests:tiny"):
+# only those Check test cases (CK_RUN_CASE), CASE_LIMIT s each (default 180), then the table.
+if [ -n "${CASES:-}" ]; then
+  for c in $CASES; do
+    t0=$(now)
+    given=$(lim "${CASE_LIMIT:-180}")
+    CK_RUN_CASE=${c#*:} timeout "$given" "$bin/${c%%:*}" >"$out/case-${c//:/-}.log" 2>&1
+    rc=$?
+    cp "$out/case-${c//:/-}.log" "$dest/" 2>/dev/null
+    tail -4 "$out/case-${c//:/-}.log"
+    row "$c" "$(verdict $rc "${CASE_LIMIT:-180}" "$given")" "$(dt "$t0")" "$(checks "$out/case-${c//:/-}.log")"
+  done
+  printf '%s\n' "${rows[@]}"
+  exit 0
+fi
 
 # 2 starts first, in the background: it needs only the CPUs.
 m08=/tmp/memra-0.8b.gguf

@@ -239,6 +239,11 @@ static void check_config(json_t *j, const memra_bench_report *r)
         ck_assert_ptr_null(gs);
     else
         ck_assert_int_eq(json_integer_value(gs), r->opts.gdn_split);
+    const json_t *l2 = json_object_get(j, "l2_side_mib");
+    if (r->opts.l2_side == MEMRA_BENCH_UNSET)
+        ck_assert_ptr_null(l2);
+    else
+        ck_assert_int_eq(json_integer_value(l2), r->opts.l2_side);
 }
 
 /* One "case" line: fields present, numbers consistent, bytes equal to the oracle. */
@@ -255,6 +260,7 @@ static void check_case(json_t *j, double copy_gbs, uint32_t ticks, uint32_t warm
     const uint32_t b = (uint32_t)num(j, "tier"), depth = (uint32_t)num(j, "depth");
     const double med = num(j, "median_ms");
     ck_assert_ptr_null(json_object_get(j, "attn_split_ctas_used")); /* CUDA only */
+    ck_assert_ptr_null(json_object_get(j, "l2_side_forks"));        /* CUDA only */
     ck_assert_str_eq(json_string_value(json_object_get(j, "mode")), "eager");
     ck_assert(med > 0 && num(j, "p99_ms") >= med && num(j, "min_ms") <= med);
     ck_assert(num(j, "host_us") > 0 && num(j, "launches") > 0 && num(j, "graph_nodes") == 0);
@@ -373,6 +379,7 @@ START_TEST(test_bench_cpu_run)
     o.eager = 0; /* no graphs on the CPU: an eager pass regardless, so still "eager": true */
     o.gdn_prefetch = 2;
     o.gdn_split = 1;
+    o.l2_side = 16;
     memra_bench_report *r = bench_ok(&o);
     ck_assert_int_eq(r->n_cases, 4);
     ck_assert(r->plans_generated);
