@@ -564,6 +564,7 @@ static int eng_open(bench_ctx *c, bench_eng *e, const char *plan_dir, int graphs
                               .gdn_prefetch = c->o->gdn_prefetch,
                               .gdn_split = c->o->gdn_split,
                               .l2_side = c->o->l2_side,
+                              .l2_side_spread = c->o->l2_side_spread,
                               .device = c->o->device};
     const double t0 = now_ms();
     MEMRA_TRY(bench_be_open(&e->be, c->o->backend, plan_dir, c->g, &bo, err));

@@ -74,6 +74,7 @@ typedef struct memra_bench_opts {
                                     memra_cuda_opts.gdn_split (0 auto, 1, 2, 4) */
     int l2_side;                 /* MEMRA_BENCH_UNSET (default): the backend's default; else
                                     memra_cuda_opts.l2_side_mib (MiB per fork, 0..32) */
+    int l2_side_spread;          /* 1: memra_cuda_opts.l2_side_spread (every warp's rows a share) */
     int attn_split_ctas;         /* MEMRA_BENCH_UNSET (default): the backend's default; else
                                     memra_cuda_opts.attn_split_ctas (0 one CTA per split, N, or
                                     -1 auto): attention's split grid, an A/B of scheduling */

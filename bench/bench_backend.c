@@ -74,6 +74,7 @@ int bench_be_open(bench_be *b, memra_bench_backend kind, const char *plan_dir, c
         uo.gdn_split = o->gdn_split;
     if (o->l2_side != MEMRA_BENCH_UNSET)
         uo.l2_side_mib = (uint32_t)o->l2_side;
+    uo.l2_side_spread = o->l2_side_spread;
     uo.device = o->device;
     rc = memra_cuda_backend_open(plan_dir, g, &uo, &b->cuda, err);
     if (rc == MEMRA_OK) {

@@ -10,7 +10,7 @@
  *               [--prefill synthetic|decode] [--no-isolation] [--copy-mib N]
  *               [--copy-reps N] [--norm-release TIERS|none]
  *               [--attn-split-ctas N|max|auto] [--attn-prefetch N] [--gdn-prefetch N]
- *               [--gdn-split auto|1|2|4] [--l2-side MIB] [-q]
+ *               [--gdn-split auto|1|2|4] [--l2-side MIB] [--l2-side-spread] [-q]
  *
  * Prints the configuration header, the human table, the JSON lines (also to --json FILE)
  * and the PASS/MISS lines of the targets the configuration covers; progress goes to stderr
@@ -40,7 +40,7 @@ static void usage(FILE *f)
                "                   [--copy-mib N] [--copy-reps N] [--norm-release TIERS|none]\n"
                "                   [--attn-split-ctas N|max|auto] [--attn-prefetch N]\n"
                "                   [--gdn-prefetch N] [--gdn-split auto|1|2|4]\n"
-               "                   [--l2-side MIB] [-q]\n");
+               "                   [--l2-side MIB] [--l2-side-spread] [-q]\n");
 }
 
 static int parse_u32(const char *s, uint32_t max, uint32_t *out)
@@ -65,6 +65,8 @@ static int parse_flag(const char *a, memra_bench_opts *o, int *quiet)
         o->no_fusion = 1;
     else if (!strcmp(a, "--no-isolation"))
         o->isolation = 0;
+    else if (!strcmp(a, "--l2-side-spread"))
+        o->l2_side_spread = 1;
     else if (!strcmp(a, "-q"))
         *quiet = 1;
     else

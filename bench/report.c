@@ -89,6 +89,8 @@ void memra_bench_print_header(const memra_bench_report *r, FILE *f)
         append(sched, sizeof sched, " --gdn-split %d", o->gdn_split);
     if (o->l2_side != MEMRA_BENCH_UNSET)
         append(sched, sizeof sched, " --l2-side %d", o->l2_side);
+    if (o->l2_side_spread)
+        append(sched, sizeof sched, " --l2-side-spread");
     fprintf(f, "memra-bench\n");
     fprintf(f,
             "  model     %s: \"%s\", %s, %u layers, n_embd %u, n_vocab %u, %s, %.3g %s "
@@ -258,6 +260,8 @@ static json_t *config_json(const memra_bench_report *r)
         json_object_set_new(j, "gdn_split", json_integer(o->gdn_split));
     if (o->l2_side != MEMRA_BENCH_UNSET) /* absent: the backend default (0, off) */
         json_object_set_new(j, "l2_side_mib", json_integer(o->l2_side));
+    if (o->l2_side_spread) /* absent: end to end */
+        json_object_set_new(j, "l2_side_spread", json_true());
     json_object_set_new(j, "phases", json_boolean(o->phases));
     json_object_set_new(j, "isolation", json_boolean(o->isolation));
     json_object_set_new(j, "prefill", json_string(o->synthetic ? "synthetic" : "decode"));

@@ -72,11 +72,12 @@ __global__ void __launch_bounds__(32) l2_prefetch_kernel(memra_l2_prefetch_args 
     const unsigned long long threads = (unsigned long long)gridDim.x * 32;
     unsigned long long g = (unsigned long long)threadIdx.x * gridDim.x + blockIdx.x;
     for (uint32_t r = 0; r < a.n; r++) {
-        const unsigned long long pieces = (a.bytes[r] + kL2Piece - 1) / kL2Piece;
+        const unsigned long long ppc = (a.bytes[r] + kL2Piece - 1) / kL2Piece; /* per chunk */
+        const unsigned long long pieces = ppc * (a.count[r] ? a.count[r] : 1);
         for (; g < pieces; g += threads) {
-            const unsigned long long off = g * kL2Piece;
+            const unsigned long long c = g / ppc, off = (g - c * ppc) * kL2Piece;
             const unsigned long long left = a.bytes[r] - off;
-            prefetch_l2_bulk((const char *)a.p[r] + off,
+            prefetch_l2_bulk((const char *)a.p[r] + c * a.stride[r] + off,
                              left < kL2Piece ? (unsigned)left : kL2Piece);
         }
         g -= pieces; /* this thread's rank in the next range's pieces */
@@ -93,7 +94,10 @@ extern "C" int memra_l2_prefetch_cuda(const memra_l2_prefetch_args *a, cudaStrea
     for (uint32_t r = 0; r < a->n; r++) {
         if (a->bytes[r] % 16 != 0 || (a->bytes[r] && (!a->p[r] || (uintptr_t)a->p[r] % 16 != 0)))
             return cuda_ops_invalid("l2_prefetch: a range not 16-byte aligned or sized");
-        pieces += (a->bytes[r] + kL2Piece - 1) / kL2Piece;
+        if (a->count[r] > 1 && (a->stride[r] % 16 != 0 || a->stride[r] < a->bytes[r]))
+            return cuda_ops_invalid("l2_prefetch: chunks overlap or their stride is not 16-byte "
+                                    "aligned");
+        pieces += (a->bytes[r] + kL2Piece - 1) / kL2Piece * (a->count[r] ? a->count[r] : 1);
     }
     if (pieces == 0)
         return MEMRA_OK;

@@ -93,15 +93,19 @@ int memra_copy_words_cuda(void *dst, const void *src, size_t bytes, cudaStream_t
 /* Not a plan op: the CUDA backend's side-branch L2 prefetch (memra_cuda_opts.l2_side_mib).
  * Pulls n ranges of device memory into L2 with cp.async.bulk.prefetch.L2 from a grid of up to
  * one warp per SM and exits: nothing waits for the lines, and no byte anywhere changes (a
- * hint; a later load is never stale, L2 being the point of coherence). Each p[i] 16-byte
- * aligned and bytes[i] a multiple of 16 (0: the range is skipped). Launched WITHOUT
+ * hint; a later load is never stale, L2 being the point of coherence). Range i is count[i]
+ * chunks (0 counts as 1) of bytes[i] bytes at p[i], p[i] + stride[i], ...: p[i] 16-byte
+ * aligned, bytes[i] a multiple of 16 (0: the range is skipped), and with several chunks
+ * stride[i] a multiple of 16 and at least bytes[i]. Launched WITHOUT
  * programmatic serialisation: the backend puts it on a branch of its own beside the tick's
  * chain of kernels, after the mat-vec that precedes the small kernels it runs beside. */
 #define MEMRA_L2_PREFETCH_MAX_RANGES 4
 typedef struct memra_l2_prefetch_args {
     uint32_t n; /* ranges, 0..MEMRA_L2_PREFETCH_MAX_RANGES */
     const void *p[MEMRA_L2_PREFETCH_MAX_RANGES];
-    uint64_t bytes[MEMRA_L2_PREFETCH_MAX_RANGES];
+    uint64_t bytes[MEMRA_L2_PREFETCH_MAX_RANGES];  /* of each chunk */
+    uint64_t stride[MEMRA_L2_PREFETCH_MAX_RANGES]; /* from one chunk to the next */
+    uint32_t count[MEMRA_L2_PREFETCH_MAX_RANGES];  /* chunks (0: 1) */
 } memra_l2_prefetch_args;
 int memra_l2_prefetch_cuda(const memra_l2_prefetch_args *a, cudaStream_t s);
 

@@ -200,6 +200,8 @@ static const char *sched_opts_check(const memra_cuda_opts *o)
         return "gdn_split must be 0 (the launcher's choice), 1, 2 or 4";
     if (o->l2_side_mib > MEMRA_CUDA_L2_SIDE_MAX_MIB)
         return "l2_side_mib out of range 0..32";
+    if (o->l2_side_spread != 0 && o->l2_side_spread != 1)
+        return "l2_side_spread must be 0 or 1";
     return NULL;
 }
 
@@ -731,13 +733,20 @@ static int plan_forks(memra_cuda_backend *be, cuda_plan *cp, uint32_t t, memra_e
     for (uint32_t f = 0; f < cp->n_forks; f++) {
         const memra_mmvq_params *mp = &cp->launches[cp->forks[f].target].ml.params;
         memra_l2_prefetch_args *a = &cp->fork_args[f];
-        uint64_t bytes[MEMRA_MMVQ_MAX_OUT], take[MEMRA_MMVQ_MAX_OUT];
+        uint64_t bytes[MEMRA_MMVQ_MAX_OUT], take[MEMRA_MMVQ_MAX_OUT], chunk[MEMRA_MMVQ_MAX_OUT];
         a->n = (uint32_t)mp->n_w;
+        /* a warp's rows: the direct path's rpw, a staged tile's 16 */
+        const uint64_t rows = mp->rpw > 0 ? (uint64_t)mp->rpw : MEMRA_MMVQ_ROWS;
         for (uint32_t w = 0; w < a->n; w++) {
             bytes[w] = mp->out[w].row_bytes * (uint64_t)mp->out[w].n_out;
+            chunk[w] = rows * mp->out[w].row_bytes;
             a->p[w] = mp->out[w].w;
+            a->stride[w] = chunk[w];
         }
-        memra_l2_side_take(bytes, a->n, mp->swiglu_q != NULL, budget, take);
+        if (be->opts.l2_side_spread)
+            memra_l2_side_spread(bytes, chunk, a->n, budget, take, a->count);
+        else
+            memra_l2_side_take(bytes, a->n, mp->swiglu_q != NULL, budget, take);
         for (uint32_t w = 0; w < a->n; w++)
             a->bytes[w] = take[w];
     }

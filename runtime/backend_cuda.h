@@ -115,6 +115,9 @@ typedef struct memra_cuda_opts {
                              chain pulls the first l2_side_mib MiB of the next mat-vec's weights
                              into L2 while the small kernels run; 0 (default): none; at most
                              MEMRA_CUDA_L2_SIDE_MAX_MIB (scheduling only: the same bytes) */
+    int l2_side_spread;   /* 0 (default): those MiB are the first bytes of the weights end to
+                             end; 1: the first bytes of every warp's rows, the budget shared
+                             equally (runtime/l2_side.h memra_l2_side_spread) */
     int sync_launches;    /* 0 (default); 1: eager ticks synchronize after every launch, so
                              an asynchronous fault names its launch (debugging; slow) */
     uint32_t staging_mib; /* pinned staging chunk of the weight upload, MiB (default 64) */

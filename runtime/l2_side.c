@@ -29,6 +29,25 @@ uint32_t memra_l2_side_forks(const uint8_t *kind, uint32_t n, memra_l2_fork *out
     return n_forks;
 }
 
+uint64_t memra_l2_side_spread(const uint64_t *bytes, const uint64_t *chunk, uint32_t n_w,
+                              uint64_t budget, uint64_t *take, uint32_t *count)
+{
+    uint64_t chunks = 0, sum = 0;
+    for (uint32_t i = 0; i < n_w; i++) {
+        const int ok = chunk[i] >= 16 && chunk[i] % 16 == 0 && bytes[i] / chunk[i] <= UINT32_MAX;
+        count[i] = ok ? (uint32_t)(bytes[i] / chunk[i]) : 0;
+        chunks += count[i];
+    }
+    const uint64_t share = chunks ? (budget / chunks) & ~(uint64_t)15 : 0;
+    for (uint32_t i = 0; i < n_w; i++) {
+        take[i] = count[i] ? (share < chunk[i] ? share : chunk[i]) : 0;
+        if (!take[i])
+            count[i] = 0;
+        sum += take[i] * count[i];
+    }
+    return sum;
+}
+
 uint64_t memra_l2_side_take(const uint64_t *bytes, uint32_t n_w, int paired, uint64_t budget,
                             uint64_t *take)
 {

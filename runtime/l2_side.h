@@ -46,4 +46,14 @@ uint32_t memra_l2_side_forks(const uint8_t *kind, uint32_t n, memra_l2_fork *out
 uint64_t memra_l2_side_take(const uint64_t *bytes, uint32_t n_w, int paired, uint64_t budget,
                             uint64_t *take);
 
+/* The spread form (memra_cuda_opts.l2_side_spread): every warp's rows get the same head start.
+ * Weight i is read as chunks of chunk[i] bytes (a warp's rows: the direct path's rpw rows, a
+ * staged tile's 16) that all start at once in a one-wave launch; count[i] = its whole chunks
+ * (a short last one is left out), take[i] = the first bytes of each, the budget shared equally
+ * over every chunk of every weight, a multiple of 16, at most the chunk (0 where the share is
+ * under 16 bytes or chunk[i] is not a multiple of 16). Returns the bytes prefetched in all,
+ * sum of take[i] x count[i]. */
+uint64_t memra_l2_side_spread(const uint64_t *bytes, const uint64_t *chunk, uint32_t n_w,
+                              uint64_t budget, uint64_t *take, uint32_t *count);
+
 #endif

@@ -311,6 +311,24 @@ START_TEST(test_l2_side_schedule)
     ck_assert_uint_eq(take[0], 32);
     ck_assert_uint_eq(take[1], 512);
     ck_assert_uint_eq(memra_l2_side_take(b2, 2, 0, 0, take), 0);
+
+    /* spread: every whole chunk of every weight an equal share */
+    uint32_t count[4];
+    const uint64_t wb[] = {10 * 2304 + 100, 4 * 3360}, ch[] = {2304, 3360};
+    ck_assert_uint_eq(memra_l2_side_spread(wb, ch, 2, 14 * 1000 + 7, take, count), 14 * 992);
+    ck_assert_uint_eq(count[0], 10); /* the short last chunk left out */
+    ck_assert_uint_eq(count[1], 4);
+    ck_assert_uint_eq(take[0], 992);
+    ck_assert_uint_eq(take[1], 992);
+    ck_assert_uint_eq(memra_l2_side_spread(wb, ch, 2, 1u << 30, take, count), 10 * 2304 + 4 * 3360);
+    ck_assert_uint_eq(take[0], 2304); /* at most the chunk */
+    ck_assert_uint_eq(take[1], 3360);
+    ck_assert_uint_eq(memra_l2_side_spread(wb, ch, 2, 14 * 15, take, count), 0); /* < 16 each */
+    ck_assert_uint_eq(count[0], 0);
+    const uint64_t odd[] = {2300, 3360};
+    ck_assert_uint_eq(memra_l2_side_spread(wb, odd, 2, 1u << 20, take, count), 4 * 3360);
+    ck_assert_uint_eq(count[0], 0); /* a chunk not a multiple of 16: that weight skipped */
+    ck_assert_uint_eq(take[0], 0);
 }
 END_TEST
 

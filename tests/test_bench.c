@@ -244,6 +244,7 @@ static void check_config(json_t *j, const memra_bench_report *r)
         ck_assert_ptr_null(l2);
     else
         ck_assert_int_eq(json_integer_value(l2), r->opts.l2_side);
+    ck_assert(json_is_true(json_object_get(j, "l2_side_spread")) == (r->opts.l2_side_spread != 0));
 }
 
 /* One "case" line: fields present, numbers consistent, bytes equal to the oracle. */
@@ -380,6 +381,7 @@ START_TEST(test_bench_cpu_run)
     o.gdn_prefetch = 2;
     o.gdn_split = 1;
     o.l2_side = 16;
+    o.l2_side_spread = 1;
     memra_bench_report *r = bench_ok(&o);
     ck_assert_int_eq(r->n_cases, 4);
     ck_assert(r->plans_generated);

@@ -189,6 +189,7 @@ typedef struct gpu_ctx {
 static struct {
     int attn_split_ctas, attn_prefetch, gdn_prefetch;
     uint32_t l2_side_mib;
+    int l2_side_spread;
     int fuse_always; /* opts.fuse = 2: the SwiGLU fold on tiny too (folded launches skipped) */
 } g_sched;
 
@@ -207,6 +208,7 @@ static void gopen(gpu_ctx *c, const model_fix *f, const char *plans, int graphs,
     o.attn_prefetch = g_sched.attn_prefetch;
     o.gdn_prefetch = g_sched.gdn_prefetch;
     o.l2_side_mib = g_sched.l2_side_mib;
+    o.l2_side_spread = g_sched.l2_side_spread;
     if (g_sched.fuse_always)
         o.fuse = 2;
     int rc = memra_cuda_backend_open(plans, c->g, &o, &c->be, &err);
@@ -461,6 +463,7 @@ static void sched_gate(const model_fix *f, int n_seq, int max_len)
     g_sched.l2_side_mib = 4;
     g_sched.fuse_always = 1; /* the forks skip folded launches (the fold is exact: same bits) */
     gopen(&c, f, f->plans1, 1, MAX_LEN);
+    g_sched.l2_side_spread = 1; /* the eager engines take the spread form */
     gopen(&eager, f, f->plans1, 0, MAX_LEN);
     gopen(&two, f, f->plans2, 0, MAX_LEN);
     memset(&g_sched, 0, sizeof g_sched);
@@ -484,7 +487,8 @@ static void sched_gate(const model_fix *f, int n_seq, int max_len)
     gclose(&eager);
     gclose(&two);
     fprintf(stderr,
-            "scheduling options (attn AUTO + prefetch 2, gdn prefetch 2, L2 side 4 MiB): %d "
+            "scheduling options (attn AUTO + prefetch 2, gdn prefetch 2, L2 side 4 MiB, spread "
+            "when eager): %d "
             "sequences bit-identical to the default engine\n",
             n_seq);
     gate_free(&gt);
@@ -842,11 +846,11 @@ START_TEST(test_open_refusals)
     memra_err err;
     memra_err_clear(&err);
     /* options are checked before the device is opened: refused with or without a GPU */
-    for (int k = 0; k < 5; k++) {
+    for (int k = 0; k < 6; k++) {
         memra_cuda_opts bad;
         memra_cuda_opts_init(&bad);
         static const char *const what[] = {"attn_split_ctas", "attn_prefetch", "gdn_prefetch",
-                                           "gdn_split", "l2_side_mib"};
+                                           "gdn_split",       "l2_side_mib",   "l2_side_spread"};
         if (k == 0)
             bad.attn_split_ctas = MEMRA_ATTN_SPLIT_CTAS_AUTO - 1;
         if (k == 1)
@@ -857,6 +861,8 @@ START_TEST(test_open_refusals)
             bad.gdn_split = 3;
         if (k == 4)
             bad.l2_side_mib = MEMRA_CUDA_L2_SIDE_MAX_MIB + 1;
+        if (k == 5)
+            bad.l2_side_spread = 2;
         memra_err_clear(&err);
         ck_assert_int_eq(memra_cuda_backend_open("/nonexistent/memra-plans", NULL, &bad, &be, &err),
                          MEMRA_ERR_INVALID_ARG);

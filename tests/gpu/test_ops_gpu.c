@@ -2089,6 +2089,14 @@ START_TEST(test_l2_prefetch)
     const memra_l2_prefetch_args few = {.n = 2, .p = {d, d + 4096}, .bytes = {4096 + 16, 4096}};
     ck_assert_int_eq(capture_kernels(l2_prefetch_enqueue, &few, k, 2), 1);
     ck_assert_uint_eq(k[0].grid.x, 3); /* 2 + 1 pieces, one CTA each */
+    const memra_l2_prefetch_args chunks = {
+        .n = 2, .p = {d, d + 16}, .bytes = {4096 + 16, 32}, .stride = {8192, 64}, .count = {5, 3}};
+    CK_OP(memra_l2_prefetch_cuda(&chunks, 0)); /* 5 x 2 + 3 pieces, the last chunk's end */
+    CK_CUDA(cudaDeviceSynchronize());
+    d2h(back, d, n + 64);
+    ck_assert_msg(memcmp(back, h, n + 64) == 0, "l2_prefetch (chunks) changed a byte");
+    ck_assert_int_eq(capture_kernels(l2_prefetch_enqueue, &chunks, k, 2), 1);
+    ck_assert_uint_eq(k[0].grid.x, 13);
     const memra_l2_prefetch_args none = {.n = 1, .p = {d}, .bytes = {0}};
     ck_assert_int_eq(capture_kernels(l2_prefetch_enqueue, &none, k, 2), 0);
     memra_l2_prefetch_args bad = {.n = MEMRA_L2_PREFETCH_MAX_RANGES + 1};
@@ -2096,6 +2104,10 @@ START_TEST(test_l2_prefetch)
     bad = (memra_l2_prefetch_args){.n = 1, .p = {d + 8}, .bytes = {16}};
     ck_assert_int_eq(memra_l2_prefetch_cuda(&bad, 0), MEMRA_ERR_INVALID_ARG);
     bad = (memra_l2_prefetch_args){.n = 1, .p = {d}, .bytes = {24}};
+    ck_assert_int_eq(memra_l2_prefetch_cuda(&bad, 0), MEMRA_ERR_INVALID_ARG);
+    bad = (memra_l2_prefetch_args){.n = 1, .p = {d}, .bytes = {32}, .stride = {16}, .count = {2}};
+    ck_assert_int_eq(memra_l2_prefetch_cuda(&bad, 0), MEMRA_ERR_INVALID_ARG); /* overlapping */
+    bad = (memra_l2_prefetch_args){.n = 1, .p = {d}, .bytes = {32}, .stride = {40}, .count = {2}};
     ck_assert_int_eq(memra_l2_prefetch_cuda(&bad, 0), MEMRA_ERR_INVALID_ARG);
     bad = (memra_l2_prefetch_args){.n = 1, .p = {NULL}, .bytes = {16}};
     ck_assert_int_eq(memra_l2_prefetch_cuda(&bad, 0), MEMRA_ERR_INVALID_ARG);
