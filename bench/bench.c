@@ -523,6 +523,7 @@ static int run_case(bench_ctx *c, bench_eng *eng, uint32_t n_eng, uint32_t ti, u
                                    .launches = bench_be_launches(&eng[k].be, b, ts->launches),
                                    .attn_ctas = bench_be_attn_split_ctas(&eng[k].be, b),
                                    .l2_forks = bench_be_l2_side_forks(&eng[k].be, b),
+                                   .l2_bytes = bench_be_l2_side_bytes(&eng[k].be, b),
                                    .graph_nodes = bench_be_graph_nodes(&eng[k].be, b)};
     if (check && b > 1 && c->tier1 && c->o->isolation && c->o->synthetic)
         MEMRA_TRY(isolation_check(c, &eng[0], b, depth, &cs[0], err));

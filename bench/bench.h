@@ -74,7 +74,8 @@ typedef struct memra_bench_opts {
                                     memra_cuda_opts.gdn_split (0 auto, 1, 2, 4) */
     int l2_side;                 /* MEMRA_BENCH_UNSET (default): the backend's default; else
                                     memra_cuda_opts.l2_side_mib (MiB per fork, 0..32) */
-    int l2_side_spread;          /* 1: memra_cuda_opts.l2_side_spread (every warp's rows a share) */
+    int l2_side_spread;          /* 0 (default): end to end; 1: memra_cuda_opts.l2_side_spread
+                                    (every warp's first bytes a share; needs l2_side > 0) */
     int attn_split_ctas;         /* MEMRA_BENCH_UNSET (default): the backend's default; else
                                     memra_cuda_opts.attn_split_ctas (0 one CTA per split, N, or
                                     -1 auto): attention's split grid, an A/B of scheduling */
@@ -119,6 +120,7 @@ typedef struct memra_bench_case {
                                (memra_cuda_info.attn_split_ctas); 0: none, or the CPU */
     uint32_t l2_forks;      /* CUDA: side-branch L2 prefetch launches per tick
                                (memra_cuda_info.l2_side_forks); 0: none, or the CPU */
+    uint64_t l2_bytes;      /* CUDA: the bytes they prefetch per tick (l2_side_bytes) */
     uint32_t graph_nodes;   /* nodes of the replayed graph; 0 when eager */
     int isolation;          /* 1: every row bit-identical to tier 1; 0: not; -1: not checked */
     uint32_t rows_differ;   /* rows whose logits differ from tier 1 */

@@ -278,6 +278,18 @@ uint32_t bench_be_l2_side_forks(const bench_be *b, uint32_t tier)
     return CUDA_TIER_U32(b, tier, l2_side_forks, 0);
 }
 
+uint64_t bench_be_l2_side_bytes(const bench_be *b, uint32_t tier)
+{
+#ifdef MEMRA_BENCH_WITH_CUDA
+    const memra_cuda_info *in = NULL;
+    const int t = cuda_tier(b, tier, &in);
+    return t >= 0 ? in->l2_side_bytes[t] : 0;
+#else
+    (void)b, (void)tier;
+    return 0;
+#endif
+}
+
 int bench_be_copy_bw(memra_bench_backend kind, int device, uint64_t bytes, uint32_t reps,
                      double *best_gbs, double *median_gbs, char *method, size_t method_n,
                      memra_err *err)

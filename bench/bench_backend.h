@@ -95,6 +95,8 @@ uint32_t bench_be_attn_split_ctas(const bench_be *b, uint32_t tier);
 /* CUDA: side-branch L2 prefetch launches per tick at tier (memra_cuda_info.l2_side_forks);
  * 0 on the CPU or with the option off */
 uint32_t bench_be_l2_side_forks(const bench_be *b, uint32_t tier);
+/* CUDA: the bytes those launches prefetch per tick (memra_cuda_info.l2_side_bytes); 0 likewise */
+uint64_t bench_be_l2_side_bytes(const bench_be *b, uint32_t tier);
 /* How host_us is measured, for the report. */
 const char *bench_be_host_method(memra_bench_backend kind);
 const char *bench_be_name(memra_bench_backend kind);

@@ -156,6 +156,10 @@ static int parse_args(int argc, char **argv, memra_bench_opts *o, int *quiet)
         fprintf(stderr, "memra-bench: need -m MODEL (see --help)\n");
         return 1;
     }
+    if (o->l2_side_spread && (o->l2_side == MEMRA_BENCH_UNSET || o->l2_side == 0)) {
+        fprintf(stderr, "memra-bench: --l2-side-spread shapes --l2-side MIB: give both\n");
+        return 1;
+    }
     return 0;
 }
 

@@ -303,8 +303,10 @@ static json_t *case_json(const memra_bench_report *r, const memra_bench_case *c)
     json_object_set_new(j, "launches", json_integer(c->launches));
     if (c->attn_ctas) /* CUDA with attention: the split grid this case ran */
         json_object_set_new(j, "attn_split_ctas_used", json_integer(c->attn_ctas));
-    if (c->l2_forks) /* CUDA with the side-branch prefetch: its launches per tick */
+    if (c->l2_forks) { /* CUDA with the side-branch prefetch: its launches and bytes per tick */
         json_object_set_new(j, "l2_side_forks", json_integer(c->l2_forks));
+        json_object_set_new(j, "l2_side_bytes", json_integer((json_int_t)c->l2_bytes));
+    }
     json_object_set_new(j, "graph_nodes", json_integer(c->graph_nodes));
     json_object_set_new(j, "isolation",
                         c->isolation < 0 ? json_null() : json_boolean(c->isolation));

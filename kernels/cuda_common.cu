@@ -77,8 +77,8 @@ __global__ void __launch_bounds__(32) l2_prefetch_kernel(memra_l2_prefetch_args 
         for (; g < pieces; g += threads) {
             const unsigned long long c = g / ppc, off = (g - c * ppc) * kL2Piece;
             const unsigned long long left = a.bytes[r] - off;
-            prefetch_l2_bulk((const char *)a.p[r] + c * a.stride[r] + off,
-                             left < kL2Piece ? (unsigned)left : kL2Piece);
+            const unsigned long long at = ((unsigned long long)a.p[r] + c * a.stride[r]) & ~15ull;
+            prefetch_l2_bulk((const char *)at + off, left < kL2Piece ? (unsigned)left : kL2Piece);
         }
         g -= pieces; /* this thread's rank in the next range's pieces */
     }
@@ -92,11 +92,10 @@ extern "C" int memra_l2_prefetch_cuda(const memra_l2_prefetch_args *a, cudaStrea
         return cuda_ops_invalid("l2_prefetch: NULL args or more than 4 ranges");
     unsigned long long pieces = 0;
     for (uint32_t r = 0; r < a->n; r++) {
-        if (a->bytes[r] % 16 != 0 || (a->bytes[r] && (!a->p[r] || (uintptr_t)a->p[r] % 16 != 0)))
-            return cuda_ops_invalid("l2_prefetch: a range not 16-byte aligned or sized");
-        if (a->count[r] > 1 && (a->stride[r] % 16 != 0 || a->stride[r] < a->bytes[r]))
-            return cuda_ops_invalid("l2_prefetch: chunks overlap or their stride is not 16-byte "
-                                    "aligned");
+        if (a->bytes[r] % 16 != 0 || (a->bytes[r] && (uintptr_t)a->p[r] < 16))
+            return cuda_ops_invalid("l2_prefetch: a range not sized in 16 bytes, or NULL");
+        if (a->count[r] > 1 && a->stride[r] < a->bytes[r])
+            return cuda_ops_invalid("l2_prefetch: chunks overlap (stride under the chunk)");
         pieces += (a->bytes[r] + kL2Piece - 1) / kL2Piece * (a->count[r] ? a->count[r] : 1);
     }
     if (pieces == 0)

@@ -94,9 +94,10 @@ int memra_copy_words_cuda(void *dst, const void *src, size_t bytes, cudaStream_t
  * Pulls n ranges of device memory into L2 with cp.async.bulk.prefetch.L2 from a grid of up to
  * one warp per SM and exits: nothing waits for the lines, and no byte anywhere changes (a
  * hint; a later load is never stale, L2 being the point of coherence). Range i is count[i]
- * chunks (0 counts as 1) of bytes[i] bytes at p[i], p[i] + stride[i], ...: p[i] 16-byte
- * aligned, bytes[i] a multiple of 16 (0: the range is skipped), and with several chunks
- * stride[i] a multiple of 16 and at least bytes[i]. Launched WITHOUT
+ * chunks (0 counts as 1) of bytes[i] bytes at p[i], p[i] + stride[i], ..., each started at the
+ * 16-byte boundary at or below it (a q6_K row starts 2-byte aligned): bytes[i] a multiple of
+ * 16 (0: the range is skipped), with several chunks stride[i] at least bytes[i], and the
+ * boundary below each chunk inside the same allocation as the chunk. Launched WITHOUT
  * programmatic serialisation: the backend puts it on a branch of its own beside the tick's
  * chain of kernels, after the mat-vec that precedes the small kernels it runs beside. */
 #define MEMRA_L2_PREFETCH_MAX_RANGES 4

@@ -202,6 +202,8 @@ static const char *sched_opts_check(const memra_cuda_opts *o)
         return "l2_side_mib out of range 0..32";
     if (o->l2_side_spread != 0 && o->l2_side_spread != 1)
         return "l2_side_spread must be 0 or 1";
+    if (o->l2_side_spread && !o->l2_side_mib)
+        return "l2_side_spread needs l2_side_mib > 0 (it shapes that prefetch)";
     return NULL;
 }
 
@@ -699,12 +701,14 @@ static void fold_pairs(memra_cuda_backend *be, cuda_plan *cp, uint32_t t)
     }
 }
 
-_Static_assert(MEMRA_MMVQ_MAX_OUT <= MEMRA_L2_PREFETCH_MAX_RANGES,
+_Static_assert(MEMRA_MMVQ_MAX_OUT <= MEMRA_L2_PREFETCH_MAX_RANGES &&
+                   MEMRA_MMVQ_MAX_OUT <= MEMRA_L2_SIDE_MAX_W,
                "a fork prefetches every weight of its mat-vec");
 
 /* opts.l2_side_mib: the plan's forks (runtime/l2_side.h, after the folds) and each one's
- * ranges, the first bytes of its target mat-vec's weights. Counts them into
- * info.l2_side_forks[t]. */
+ * ranges (memra_l2_side_ranges: end to end, or spread over the target's warps), a fork that
+ * would prefetch nothing dropped. Counts them into info.l2_side_forks[t] and their bytes into
+ * info.l2_side_bytes[t]. */
 static int plan_forks(memra_cuda_backend *be, cuda_plan *cp, uint32_t t, memra_err *err)
 {
     const memra_plan *p = cp->plan;
@@ -727,30 +731,36 @@ static int plan_forks(memra_cuda_backend *be, cuda_plan *cp, uint32_t t, memra_e
         free(kind);
         return MEMRA_FAIL(err, MEMRA_ERR_NOMEM, "plan b%u s%u: out of memory", p->tier, p->stage);
     }
-    cp->n_forks = memra_l2_side_forks(kind, p->n_launches, cp->forks, n);
+    memra_l2_side_forks(kind, p->n_launches, cp->forks, n);
     free(kind);
     const uint64_t budget = (uint64_t)be->opts.l2_side_mib << 20;
-    for (uint32_t f = 0; f < cp->n_forks; f++) {
+    uint32_t kept = 0;
+    for (uint32_t f = 0; f < n; f++) {
         const memra_mmvq_params *mp = &cp->launches[cp->forks[f].target].ml.params;
-        memra_l2_prefetch_args *a = &cp->fork_args[f];
-        uint64_t bytes[MEMRA_MMVQ_MAX_OUT], take[MEMRA_MMVQ_MAX_OUT], chunk[MEMRA_MMVQ_MAX_OUT];
-        a->n = (uint32_t)mp->n_w;
-        /* a warp's rows: the direct path's rpw, a staged tile's 16 */
-        const uint64_t rows = mp->rpw > 0 ? (uint64_t)mp->rpw : MEMRA_MMVQ_ROWS;
-        for (uint32_t w = 0; w < a->n; w++) {
-            bytes[w] = mp->out[w].row_bytes * (uint64_t)mp->out[w].n_out;
-            chunk[w] = rows * mp->out[w].row_bytes;
-            a->p[w] = mp->out[w].w;
-            a->stride[w] = chunk[w];
+        memra_l2_target tg = {.n_w = (uint32_t)mp->n_w,
+                              .rpw = mp->rpw > 0 ? (uint32_t)mp->rpw : 0,
+                              .paired = mp->swiglu_q != NULL};
+        for (uint32_t w = 0; w < tg.n_w; w++) {
+            tg.row_bytes[w] = mp->out[w].row_bytes;
+            tg.n_out[w] = (uint32_t)mp->out[w].n_out;
         }
-        if (be->opts.l2_side_spread)
-            memra_l2_side_spread(bytes, chunk, a->n, budget, take, a->count);
-        else
-            memra_l2_side_take(bytes, a->n, mp->swiglu_q != NULL, budget, take);
-        for (uint32_t w = 0; w < a->n; w++)
-            a->bytes[w] = take[w];
+        memra_l2_range r[MEMRA_L2_SIDE_MAX_W];
+        const uint64_t sum = memra_l2_side_ranges(&tg, budget, be->opts.l2_side_spread, r);
+        if (!sum)
+            continue; /* nothing to prefetch: no fork, no graph node */
+        memra_l2_prefetch_args *a = &cp->fork_args[kept];
+        a->n = tg.n_w;
+        for (uint32_t w = 0; w < tg.n_w; w++) {
+            a->p[w] = (const char *)mp->out[w].w + r[w].off;
+            a->bytes[w] = r[w].bytes;
+            a->stride[w] = r[w].stride;
+            a->count[w] = r[w].count;
+        }
+        cp->forks[kept++] = cp->forks[f];
+        be->info.l2_side_bytes[t] += sum;
     }
-    be->info.l2_side_forks[t] += cp->n_forks;
+    cp->n_forks = kept;
+    be->info.l2_side_forks[t] += kept;
     return MEMRA_OK;
 }
 

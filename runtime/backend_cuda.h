@@ -116,8 +116,9 @@ typedef struct memra_cuda_opts {
                              into L2 while the small kernels run; 0 (default): none; at most
                              MEMRA_CUDA_L2_SIDE_MAX_MIB (scheduling only: the same bytes) */
     int l2_side_spread;   /* 0 (default): those MiB are the first bytes of the weights end to
-                             end; 1: the first bytes of every warp's rows, the budget shared
-                             equally (runtime/l2_side.h memra_l2_side_spread) */
+                             end; 1: the first bytes every warp reads, the budget shared
+                             equally (runtime/l2_side.h memra_l2_side_ranges); needs
+                             l2_side_mib > 0 */
     int sync_launches;    /* 0 (default); 1: eager ticks synchronize after every launch, so
                              an asynchronous fault names its launch (debugging; slow) */
     uint32_t staging_mib; /* pinned staging chunk of the weight upload, MiB (default 64) */
@@ -207,6 +208,7 @@ typedef struct memra_cuda_info {
                                                    the largest of its launches'); 0: none */
     uint32_t l2_side_forks[MEMRA_PLAN_MAX_TIERS];   /* side-branch L2 prefetch launches per tick
                                                      (opts.l2_side_mib), all stages; 0: none */
+    uint64_t l2_side_bytes[MEMRA_PLAN_MAX_TIERS];   /* bytes those launches prefetch per tick */
     float last_tick_ms;                /* device time of the last successful step (CUDA events) */
     float last_host_us;                /* host wall time of that step outside the wait for the
                                         * device: checks + tick block + launch, then readout */

@@ -326,9 +326,119 @@ START_TEST(test_l2_side_schedule)
     ck_assert_uint_eq(memra_l2_side_spread(wb, ch, 2, 14 * 15, take, count), 0); /* < 16 each */
     ck_assert_uint_eq(count[0], 0);
     const uint64_t odd[] = {2300, 3360};
-    ck_assert_uint_eq(memra_l2_side_spread(wb, odd, 2, 1u << 20, take, count), 4 * 3360);
-    ck_assert_uint_eq(count[0], 0); /* a chunk not a multiple of 16: that weight skipped */
-    ck_assert_uint_eq(take[0], 0);
+    ck_assert_uint_eq(memra_l2_side_spread(wb, odd, 2, 1u << 30, take, count),
+                      10 * 2288 + 4 * 3360);
+    ck_assert_uint_eq(count[0], 10); /* a chunk not a multiple of 16: at most its 16s */
+    ck_assert_uint_eq(take[0], 2288);
+    const uint64_t tiny_chunk[] = {15, 3360};
+    ck_assert_uint_eq(memra_l2_side_spread(wb, tiny_chunk, 2, 1u << 20, take, count), 4 * 3360);
+    ck_assert_uint_eq(count[0], 0); /* under 16 bytes: nothing */
+}
+END_TEST
+
+/* Every chunk of r inside its weight of t (from the 16-byte boundary below its start, as the
+ * device reads it), at most `budget` in all, the sum returned. */
+static uint64_t l2_ranges_in_bounds(const memra_l2_target *t, uint64_t budget, int spread,
+                                    memra_l2_range *r)
+{
+    const uint64_t sum = memra_l2_side_ranges(t, budget, spread, r);
+    uint64_t seen = 0;
+    for (uint32_t i = 0; i < t->n_w; i++) {
+        const uint64_t wbytes = t->row_bytes[i] * t->n_out[i];
+        ck_assert_uint_eq(r[i].bytes % 16, 0);
+        ck_assert(r[i].count == 0 || r[i].bytes > 0);
+        ck_assert(r[i].count <= 1 || r[i].stride >= r[i].bytes);
+        if (r[i].count) {
+            const uint64_t last = r[i].off + (uint64_t)(r[i].count - 1) * r[i].stride;
+            ck_assert_uint_le((last & ~(uint64_t)15) + r[i].bytes, wbytes);
+            ck_assert_uint_le(last + r[i].bytes, wbytes);
+        }
+        seen += r[i].bytes * r[i].count;
+    }
+    ck_assert_uint_eq(seen, sum);
+    ck_assert_uint_le(sum, budget);
+    return sum;
+}
+
+/* What each fork prefetches of its target (memra_l2_side_ranges), in both forms, on the
+ * shapes the forged 9b's plans launch: the first bytes every warp reads, inside the weights. */
+START_TEST(test_l2_side_ranges)
+{
+    memra_l2_range r[MEMRA_L2_SIDE_MAX_W];
+    /* the GDN input projection in a q6_K layer at B = 1 (rpw 6; n_in 4096: q6_K rows of 3360,
+     * q4_K 2304): {qkv 8192 q6_K, z 4096, beta 32, alpha 32}. 8192 % 6 = 2, so z's first warp
+     * starts 4 rows in, and the warp over qkv's last 2 rows and z's first 4 gets nothing */
+    const memra_l2_target gdn = {.n_w = 4,
+                                 .rpw = 6,
+                                 .row_bytes = {3360, 2304, 2304, 2304},
+                                 .n_out = {8192, 4096, 32, 32}};
+    const uint64_t mib16 = 16u << 20;
+    const uint64_t sum = l2_ranges_in_bounds(&gdn, mib16, 1, r);
+    ck_assert_uint_eq(r[0].off, 0);
+    ck_assert_uint_eq(r[0].count, 8192 / 6);
+    ck_assert_uint_eq(r[0].stride, 6 * 3360);
+    ck_assert_uint_eq(r[1].off, 4 * 2304); /* rows 8196.. of the launch: warp 1366 */
+    ck_assert_uint_eq(r[1].count, (4096 - 4) / 6);
+    ck_assert_uint_eq(r[2].off, (6 - (8192 + 4096) % 6) % 6 * 2304);
+    const uint32_t chunks = r[0].count + r[1].count + r[2].count + r[3].count;
+    ck_assert_uint_eq(r[0].bytes, (mib16 / chunks) & ~(uint64_t)15); /* an equal share */
+    ck_assert_uint_eq(r[1].bytes, r[0].bytes);
+    ck_assert_uint_eq(sum, (uint64_t)chunks * r[0].bytes);
+    /* end to end: the first 16 MiB of the weights in launch order from row 0 */
+    ck_assert_uint_eq(l2_ranges_in_bounds(&gdn, mib16, 0, r), mib16);
+    ck_assert_uint_eq(r[0].off, 0);
+    ck_assert_uint_eq(r[0].count, 1);
+    ck_assert_uint_eq(r[0].bytes, mib16);
+    ck_assert_uint_eq(r[1].count, 0);
+    /* the staged path (B >= 4): 16-row tiles whose warps split K read every row's first bytes
+     * first, so every row is a chunk */
+    memra_l2_target staged = {
+        .n_w = 2, .rpw = 0, .row_bytes = {2304, 2304}, .n_out = {12288, 12288}};
+    ck_assert_uint_eq(l2_ranges_in_bounds(&staged, mib16, 1, r), 24576u * 672);
+    ck_assert_uint_eq(r[0].count, 12288);
+    ck_assert_uint_eq(r[0].stride, 2304);
+    ck_assert_uint_eq(r[0].bytes, 672); /* 16 MiB / 24 576 rows, in 16s */
+    ck_assert_uint_eq(r[1].off, 0);
+    /* the fused SwiGLU ({gate, up}, rpw 8 from row 0 of each) */
+    staged.rpw = 8;
+    staged.paired = 1;
+    ck_assert_uint_eq(l2_ranges_in_bounds(&staged, mib16, 1, r), 3072u * 5456);
+    ck_assert_uint_eq(r[1].off, 0);
+    ck_assert_uint_eq(r[1].count, 1536);
+    ck_assert_uint_eq(r[1].stride, 8 * 2304);
+    ck_assert_uint_eq(l2_ranges_in_bounds(&staged, mib16, 0, r), mib16); /* half each */
+    ck_assert_uint_eq(r[0].bytes, mib16 / 2);
+    ck_assert_uint_eq(r[1].bytes, mib16 / 2);
+    /* q6_K warps of 5 rows of 210 bytes (tiny's width 256): chunks 2-byte aligned */
+    const memra_l2_target q6 = {.n_w = 2, .rpw = 5, .row_bytes = {210, 210}, .n_out = {33, 17}};
+    ck_assert_uint_eq(l2_ranges_in_bounds(&q6, 1u << 20, 1, r), 9 * 1040);
+    ck_assert_uint_eq(r[0].count, 6);
+    ck_assert_uint_eq(r[1].off, 2 * 210);
+    ck_assert_uint_eq(r[1].count, 3);
+    ck_assert_uint_eq(r[0].bytes, 1040); /* the chunk's 1050 bytes in 16s */
+    /* a weight shorter than its lead: nothing of it */
+    const memra_l2_target short_w = {
+        .n_w = 2, .rpw = 4, .row_bytes = {256, 256}, .n_out = {5, 2}};
+    l2_ranges_in_bounds(&short_w, 1u << 20, 1, r);
+    ck_assert_uint_eq(r[1].count, 0);
+    ck_assert_uint_eq(r[0].count, 1);
+    /* bounds over many shapes, both forms */
+    uint64_t x = 0x9e3779b97f4a7c15u;
+    for (int k = 0; k < 20000; k++) {
+        memra_l2_target t = {0};
+        x = x * 6364136223846793005u + 1442695040888963407u;
+        t.n_w = 1 + (uint32_t)(x >> 60) % 4;
+        t.rpw = (uint32_t)(x >> 40) % 21;
+        t.paired = t.rpw && (x >> 35) % 5 == 0;
+        for (uint32_t i = 0; i < t.n_w; i++) {
+            x = x * 6364136223846793005u + 1442695040888963407u;
+            const uint64_t blocks = 1 + (x >> 58), bb[] = {144, 210, 34, 136};
+            t.row_bytes[i] = blocks * bb[(x >> 20) % 4];
+            t.n_out[i] = 1 + (uint32_t)((x >> 24) % 20000);
+        }
+        const uint64_t budget = (x >> 8) % (33u << 20);
+        l2_ranges_in_bounds(&t, budget, (int)(k & 1), r);
+    }
 }
 END_TEST
 
@@ -743,6 +853,7 @@ Suite *make_backend_cpu_suite(void)
     tcase_add_test(unit, test_slot_layout_and_pool);
     tcase_add_test(unit, test_tick_layout);
     tcase_add_test(unit, test_l2_side_schedule);
+    tcase_add_test(unit, test_l2_side_ranges);
     suite_add_tcase(s, unit);
 
     TCase *dense = tcase_create("dense");

@@ -262,6 +262,7 @@ static void check_case(json_t *j, double copy_gbs, uint32_t ticks, uint32_t warm
     const double med = num(j, "median_ms");
     ck_assert_ptr_null(json_object_get(j, "attn_split_ctas_used")); /* CUDA only */
     ck_assert_ptr_null(json_object_get(j, "l2_side_forks"));        /* CUDA only */
+    ck_assert_ptr_null(json_object_get(j, "l2_side_bytes"));
     ck_assert_str_eq(json_string_value(json_object_get(j, "mode")), "eager");
     ck_assert(med > 0 && num(j, "p99_ms") >= med && num(j, "min_ms") <= med);
     ck_assert(num(j, "host_us") > 0 && num(j, "launches") > 0 && num(j, "graph_nodes") == 0);

@@ -438,13 +438,14 @@ static void engines_gate(const model_fix *f, int n_seq, int max_len, int full)
 /* The scheduling options (attention's split grid AUTO and its L2 prefetch, gdn_step's L2
  * prefetch, the side-branch L2 prefetch) through the whole backend: AUTO resolved at bind,
  * the prefetching kernels captured into the graphs and run in the PDL chain, the side
- * branch forked and joined in every stage (graph and eager). Every row of every width, graph
- * and eager, one stage and two, must be memcmp-equal to the default engine's tier-1 run of
- * its sequence. */
+ * branch forked and joined in every stage (graph and eager; end to end in the first graph
+ * engine, spread over the warps in the second and the eager ones). Every row of every width,
+ * graph and eager, one stage and two, must be memcmp-equal to the default engine's tier-1 run
+ * of its sequence. */
 static void sched_gate(const model_fix *f, int n_seq, int max_len)
 {
     memset(&g_sched, 0, sizeof g_sched);
-    gpu_ctx ref, c, eager, two;
+    gpu_ctx ref, c, spread, eager, two;
     gopen(&ref, f, f->plans1, 1, MAX_LEN);
     gate gt;
     gate_make(&gt, n_seq, max_len, ref.n_vocab, 1);
@@ -463,33 +464,46 @@ static void sched_gate(const model_fix *f, int n_seq, int max_len)
     g_sched.l2_side_mib = 4;
     g_sched.fuse_always = 1; /* the forks skip folded launches (the fold is exact: same bits) */
     gopen(&c, f, f->plans1, 1, MAX_LEN);
-    g_sched.l2_side_spread = 1; /* the eager engines take the spread form */
+    g_sched.l2_side_spread = 1; /* the others take the spread form */
+    gopen(&spread, f, f->plans1, 1, MAX_LEN);
     gopen(&eager, f, f->plans1, 0, MAX_LEN);
     gopen(&two, f, f->plans2, 0, MAX_LEN);
     memset(&g_sched, 0, sizeof g_sched);
     const memra_cuda_info *ci = memra_cuda_backend_info(c.be);
+    const memra_cuda_info *si = memra_cuda_backend_info(spread.be);
+    const memra_cuda_info *ei = memra_cuda_backend_info(eager.be);
     for (uint32_t t = 0; t < ci->n_tiers; t++) { /* AUTO resolved at bind, per tier */
         ck_assert(ci->attn_split_ctas[t] >= 1 && ci->attn_split_ctas[t] <= MEMRA_ATTN_MAX_SPLIT);
         /* the side branch is in the graph: one prefetch node per fork, nothing else (less
-         * the launches the fold skips) */
-        ck_assert_uint_gt(ci->l2_side_forks[t], 0);
-        ck_assert(ci->tiers[t] != 1 || ci->folded[t] > 0);
-        ck_assert_uint_eq(ci->graph_nodes[t] + ci->folded[t], ref_nodes[t] + ci->l2_side_forks[t]);
-        fprintf(stderr, "%s%u: %u (%u forks)", t ? ", B=" : "AUTO split CTAs B=", ci->tiers[t],
-                ci->attn_split_ctas[t], ci->l2_side_forks[t]);
+         * the launches the fold skips), in either form; every fork prefetches something */
+        for (const memra_cuda_info *in = ci; in; in = in == ci ? si : NULL) {
+            ck_assert_uint_gt(in->l2_side_forks[t], 0);
+            ck_assert(in->tiers[t] != 1 || in->folded[t] > 0);
+            ck_assert_uint_eq(in->graph_nodes[t] + in->folded[t],
+                              ref_nodes[t] + in->l2_side_forks[t]);
+            ck_assert_uint_ge(in->l2_side_bytes[t], (uint64_t)16 * in->l2_side_forks[t]);
+            ck_assert_uint_le(in->l2_side_bytes[t], (uint64_t)in->l2_side_forks[t] << 22);
+        }
+        ck_assert_uint_eq(ei->l2_side_forks[t], si->l2_side_forks[t]);
+        ck_assert_uint_eq(ei->l2_side_bytes[t], si->l2_side_bytes[t]);
+        fprintf(stderr, "%s%u: %u (%u forks, %llu / %llu bytes)",
+                t ? ", B=" : "AUTO split CTAs B=", ci->tiers[t], ci->attn_split_ctas[t],
+                ci->l2_side_forks[t], (unsigned long long)ci->l2_side_bytes[t],
+                (unsigned long long)si->l2_side_bytes[t]);
     }
     fprintf(stderr, "\n");
     gate_run(&c, &gt, 1, "options: graph tier 1 vs default", 0);
     gate_run(&c, &gt, 16, "options: graph width 16 vs default", 0);
+    gate_run(&spread, &gt, 16, "options: graph width 16 spread vs default", 0);
     gate_run(&eager, &gt, 7, "options: eager width 7 vs default", 0);
     gate_run(&two, &gt, 5, "options: two stages eager width 5 vs default", 0);
     gclose(&c);
+    gclose(&spread);
     gclose(&eager);
     gclose(&two);
     fprintf(stderr,
-            "scheduling options (attn AUTO + prefetch 2, gdn prefetch 2, L2 side 4 MiB, spread "
-            "when eager): %d "
-            "sequences bit-identical to the default engine\n",
+            "scheduling options (attn AUTO + prefetch 2, gdn prefetch 2, L2 side 4 MiB end to "
+            "end and spread): %d sequences bit-identical to the default engine\n",
             n_seq);
     gate_free(&gt);
 }
@@ -846,11 +860,12 @@ START_TEST(test_open_refusals)
     memra_err err;
     memra_err_clear(&err);
     /* options are checked before the device is opened: refused with or without a GPU */
-    for (int k = 0; k < 6; k++) {
+    for (int k = 0; k < 7; k++) {
         memra_cuda_opts bad;
         memra_cuda_opts_init(&bad);
         static const char *const what[] = {"attn_split_ctas", "attn_prefetch", "gdn_prefetch",
-                                           "gdn_split",       "l2_side_mib",   "l2_side_spread"};
+                                           "gdn_split",       "l2_side_mib",   "l2_side_spread",
+                                           "l2_side_spread"};
         if (k == 0)
             bad.attn_split_ctas = MEMRA_ATTN_SPLIT_CTAS_AUTO - 1;
         if (k == 1)
@@ -863,6 +878,8 @@ START_TEST(test_open_refusals)
             bad.l2_side_mib = MEMRA_CUDA_L2_SIDE_MAX_MIB + 1;
         if (k == 5)
             bad.l2_side_spread = 2;
+        if (k == 6)
+            bad.l2_side_spread = 1; /* with l2_side_mib 0: nothing to shape */
         memra_err_clear(&err);
         ck_assert_int_eq(memra_cuda_backend_open("/nonexistent/memra-plans", NULL, &bad, &be, &err),
                          MEMRA_ERR_INVALID_ARG);
