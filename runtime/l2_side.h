@@ -58,13 +58,13 @@ uint64_t memra_l2_side_spread(const uint64_t *bytes, const uint64_t *chunk, uint
 
 /* A fork's target as its mat-vec reads it (nvrtc_templates/mmvq_params.h). */
 typedef struct memra_l2_target {
-    uint32_t n_w;    /* weights, 1..MEMRA_L2_SIDE_MAX_W */
-    uint32_t rpw;    /* the direct path: rows per warp, warp j owning rows [j rpw, (j + 1) rpw)
-                        of the weights laid end to end, each row read to its end before the
-                        next; 0: the staged path, whose 16-row tiles read the first bytes of
-                        all their rows first */
-    int paired;      /* the fused SwiGLU: {gate, up} side by side, rpw-row blocks of each from
-                        row 0 */
+    uint32_t n_w; /* weights, 1..MEMRA_L2_SIDE_MAX_W */
+    uint32_t rpw; /* the direct path: rows per warp, warp j owning rows [j rpw, (j + 1) rpw)
+                     of the weights laid end to end, each row read to its end before the
+                     next; 0: the staged path, whose 16-row tiles read the first bytes of
+                     all their rows first */
+    int paired;   /* the fused SwiGLU: {gate, up} side by side, rpw-row blocks of each from
+                     row 0 */
     uint64_t row_bytes[MEMRA_L2_SIDE_MAX_W];
     uint32_t n_out[MEMRA_L2_SIDE_MAX_W];
 } memra_l2_target;

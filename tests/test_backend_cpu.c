@@ -368,10 +368,8 @@ START_TEST(test_l2_side_ranges)
     /* the GDN input projection in a q6_K layer at B = 1 (rpw 6; n_in 4096: q6_K rows of 3360,
      * q4_K 2304): {qkv 8192 q6_K, z 4096, beta 32, alpha 32}. 8192 % 6 = 2, so z's first warp
      * starts 4 rows in, and the warp over qkv's last 2 rows and z's first 4 gets nothing */
-    const memra_l2_target gdn = {.n_w = 4,
-                                 .rpw = 6,
-                                 .row_bytes = {3360, 2304, 2304, 2304},
-                                 .n_out = {8192, 4096, 32, 32}};
+    const memra_l2_target gdn = {
+        .n_w = 4, .rpw = 6, .row_bytes = {3360, 2304, 2304, 2304}, .n_out = {8192, 4096, 32, 32}};
     const uint64_t mib16 = 16u << 20;
     const uint64_t sum = l2_ranges_in_bounds(&gdn, mib16, 1, r);
     ck_assert_uint_eq(r[0].off, 0);
@@ -417,8 +415,7 @@ START_TEST(test_l2_side_ranges)
     ck_assert_uint_eq(r[1].count, 3);
     ck_assert_uint_eq(r[0].bytes, 1040); /* the chunk's 1050 bytes in 16s */
     /* a weight shorter than its lead: nothing of it */
-    const memra_l2_target short_w = {
-        .n_w = 2, .rpw = 4, .row_bytes = {256, 256}, .n_out = {5, 2}};
+    const memra_l2_target short_w = {.n_w = 2, .rpw = 4, .row_bytes = {256, 256}, .n_out = {5, 2}};
     l2_ranges_in_bounds(&short_w, 1u << 20, 1, r);
     ck_assert_uint_eq(r[1].count, 0);
     ck_assert_uint_eq(r[0].count, 1);

@@ -2099,11 +2099,8 @@ START_TEST(test_l2_prefetch)
     ck_assert_uint_eq(k[0].grid.x, 13);
     /* q6_K rows: chunks 2-byte aligned at a stride of 210 bytes, each from the 16-byte
      * boundary below it, the last ending 16 bytes before the buffer's end */
-    const memra_l2_prefetch_args rows = {.n = 1,
-                                         .p = {d + n + 64 - 7 * 210 + 2},
-                                         .bytes = {192},
-                                         .stride = {210},
-                                         .count = {7}};
+    const memra_l2_prefetch_args rows = {
+        .n = 1, .p = {d + n + 64 - 7 * 210 + 2}, .bytes = {192}, .stride = {210}, .count = {7}};
     CK_OP(memra_l2_prefetch_cuda(&rows, 0));
     CK_CUDA(cudaDeviceSynchronize());
     d2h(back, d, n + 64);
