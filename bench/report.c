@@ -252,7 +252,7 @@ static json_t *config_json(const memra_bench_report *r)
     if (o->attn_split_ctas != MEMRA_BENCH_UNSET) /* absent: the backend default (max) */
         json_object_set_new(j, "attn_split_ctas",
                             json_string(attn_split_ctas_str(o->attn_split_ctas)));
-    if (o->attn_prefetch != MEMRA_BENCH_UNSET) /* absent: the backend default (0) */
+    if (o->attn_prefetch != MEMRA_BENCH_UNSET) /* absent: the backend default (2) */
         json_object_set_new(j, "attn_prefetch", json_integer(o->attn_prefetch));
     if (o->gdn_prefetch != MEMRA_BENCH_UNSET) /* absent: the backend default (0) */
         json_object_set_new(j, "gdn_prefetch", json_integer(o->gdn_prefetch));

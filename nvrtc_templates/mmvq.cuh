@@ -1395,14 +1395,22 @@ MEMRA_DEV void mmvq_staged(const memra_mmvq_params &p)
     for (int i = 0; i < NT * 4; i++)
         T[i >> 2][i & 3] = 0.0f;
     u8 *wsm = smem + warp * STAGES * MMVQ_ROWS * SLOT;
-    if (wi == 0)
-        tile_run<QT0, B, SLOT, STAGES>(p, p.out[0], tile, part, wsm, lane, T);
-    if (QT1 >= 0 && wi == 1)
-        tile_run<(QT1 >= 0 ? QT1 : QT0), B, SLOT, STAGES>(p, p.out[1], tile, part, wsm, lane, T);
-    if (QT2 >= 0 && wi == 2)
-        tile_run<(QT2 >= 0 ? QT2 : QT0), B, SLOT, STAGES>(p, p.out[2], tile, part, wsm, lane, T);
-    if (QT3 >= 0 && wi == 3)
-        tile_run<(QT3 >= 0 ? QT3 : QT0), B, SLOT, STAGES>(p, p.out[3], tile, part, wsm, lane, T);
+    /* One code body per distinct qtype: a weight whose qtype an earlier weight of the launch
+     * has runs that weight's tile_run with its own out[wi] (the same instantiation, so the
+     * same instructions and bits; a merged launch of four q4_K weights holds one q4_K body
+     * instead of four, which the instruction cache holds better). */
+    constexpr bool N1 = QT1 >= 0 && QT1 != QT0;
+    constexpr bool N2 = QT2 >= 0 && QT2 != QT0 && QT2 != QT1;
+    constexpr bool N3 = QT3 >= 0 && QT3 != QT0 && QT3 != QT1 && QT3 != QT2;
+    const int qt = wi == 0 ? QT0 : wi == 1 ? QT1 : wi == 2 ? QT2 : QT3;
+    if (wi >= 0 && qt == QT0)
+        tile_run<QT0, B, SLOT, STAGES>(p, p.out[wi], tile, part, wsm, lane, T);
+    else if (N1 && wi >= 0 && qt == QT1)
+        tile_run<(N1 ? QT1 : QT0), B, SLOT, STAGES>(p, p.out[wi], tile, part, wsm, lane, T);
+    else if (N2 && wi >= 0 && qt == QT2)
+        tile_run<(N2 ? QT2 : QT0), B, SLOT, STAGES>(p, p.out[wi], tile, part, wsm, lane, T);
+    else if (N3 && wi >= 0)
+        tile_run<(N3 ? QT3 : QT0), B, SLOT, STAGES>(p, p.out[wi], tile, part, wsm, lane, T);
     if (wi < 0)
         pdl_wait_release();
     if (ks > 1)

@@ -182,6 +182,7 @@ void memra_cuda_opts_init(memra_cuda_opts *o)
                            .pdl = 1,
                            .fuse = 1,
                            .norm_release_tiers = MEMRA_CUDA_NORM_RELEASE_TIERS,
+                           .attn_prefetch = MEMRA_CUDA_ATTN_PREFETCH,
                            .sync_launches = 0,
                            .staging_mib = 64};
 }

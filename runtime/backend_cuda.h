@@ -69,6 +69,11 @@
  * B=1 and 16 ran 0.5 % slower with it). */
 #define MEMRA_CUDA_NORM_RELEASE_TIERS (1u << 2)
 
+/* memra_cuda_opts.attn_prefetch's default: 2 (9b Q4_K_M, depth 1024, H100, 2 rounds each:
+ * B=1 2.665 -> 2.635 ms, B=2 3.713 -> 3.679, B=8 and 16 within the rounds' spread;
+ * bench/results/mmvq-notes.md, session 20). */
+#define MEMRA_CUDA_ATTN_PREFETCH 2
+
 /* memra_cuda_opts.l2_side_mib's largest value: well inside the H100 / H200 L2 (50 MB), so the
  * lines are still there when the mat-vec reads them. */
 #define MEMRA_CUDA_L2_SIDE_MAX_MIB 32
@@ -100,8 +105,9 @@ typedef struct memra_cuda_opts {
                                     at once (scheduling only: the same bytes; kernels/attn_decode.h) */
     int attn_prefetch;    /* attn_decode's split kernel: each warp pulls the key batch this many
                              ahead of the one it computes into L2, the first ones before its
-                             PDL wait (0, the default: none; 1..MEMRA_ATTN_MAX_PREFETCH; a
-                             kernel of its own: scheduling only, the same bytes) */
+                             PDL wait (0: none, the plain kernel; 1..MEMRA_ATTN_MAX_PREFETCH,
+                             default MEMRA_CUDA_ATTN_PREFETCH; a kernel of its own: scheduling
+                             only, the same bytes) */
     int gdn_prefetch;     /* gdn_step's 4-warp kernel (grids past 2 CTAs per SM, e.g. the 9b at
                              B = 16): each warp pulls its state-row tasks this many beyond the
                              one it holds into L2, the first ones before its PDL wait (0, the

@@ -986,7 +986,8 @@ static int capture_kernels(int (*enqueue)(const void *, cudaStream_t), const voi
     size_t n = 0;
     CK_CUDA(cudaGraphGetNodes(gr, NULL, &n));
     cudaGraphNode_t *nodes = halloc(sizeof(cudaGraphNode_t) * (n ? n : 1));
-    CK_CUDA(cudaGraphGetNodes(gr, nodes, &n));
+    if (n) /* CUDA 13 refuses a node array with a count of 0 (an enqueue that launched nothing) */
+        CK_CUDA(cudaGraphGetNodes(gr, nodes, &n));
     int k = 0;
     for (size_t i = 0; i < n; i++) {
         enum cudaGraphNodeType t;
