@@ -8,7 +8,7 @@
  * The per-block r_j are the NVRTC mmvq template's block functions (nvrtc_templates/mmvq.cuh
  * block_any<QT, B>, int8 mma, proven bit-exact against quant.c by memra-gpu-tests) used with
  * B = 1: the activation row is mma column 0; columns 1..7 are zero and never read back.
- * Only block_any and geom<QT> are used from that file (its streaming kernel is not).
+ * Only block_any, make_q8_ptrs and geom<QT> are used from that file (its streaming kernel is not).
  * Accumulator layout (mmvq.cuh): lane 4g (t = 0) holds output g of the tile in T[0][0] and
  * output g + 8 in T[0][2]; the other lanes hold padding columns.
  *
@@ -32,10 +32,11 @@ __device__ __forceinline__ void tile_dot_qt(const u8 *w0, const u8 *w1, const u8
     typedef geom<QT> G;
     const int g = lane >> 2, t = lane & 3;
     const int nblk = k / G::qk;
+    const q8_ptrs<1> P = make_q8_ptrs<1>(a, 0, g, t); /* one row: (a, rs = 0) */
 #pragma unroll 1
     for (int j = 0; j < nblk; j++)
-        block_any<QT, 1>(w0 + (i64)j * G::bytes, w1 + (i64)j * G::bytes, a, 0,
-                         (i64)j * (G::qk / 32), g, t, T);
+        block_any<QT, 1>(w0 + (i64)j * G::bytes, w1 + (i64)j * G::bytes, P, (i64)j * (G::qk / 32),
+                         g, t, T);
 }
 
 /* T[0][*] = 0, then the row dots of rows w0 (output g) and w1 (output g + 8) with the q8_1

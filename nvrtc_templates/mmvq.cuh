@@ -97,6 +97,80 @@ MEMRA_DEV void load_q8(const u8 *a, i64 rs, i64 i, int g, int t, u32 (&bf)[(B + 
     }
 }
 
+/* From this width up the staged path reads a tile's q8_1 rows through pointers formed once per
+ * tile_run (q8_ptrs below); narrower kernels form each load's address from (a, rs) at the load.
+ * 9b Q4_K_M, depth 1024, H100, two interleaved rounds (bench/results/mmvq-notes.md, session
+ * 20): B = 16 7.77 -> 7.49 ms; B = 1, 2, 8 0.2-0.3 % slower with the pointers everywhere. */
+#define MMVQ_Q8_PTRS_MIN_B 9
+
+/* The lane's q8_1 row pointers of a tile at B >= MMVQ_Q8_PTRS_MIN_B: b: the code words of row
+ * g + 8 nt (+ 4 + 4 t); d: the d_a of rows 2 t + e + 8 nt (rows past B point at row 0, never
+ * loaded). At B = 16 the integer work of forming 64-bit row addresses at every load dominated
+ * the issue slots (mmvq-notes.md, "A static probe"); kept as opaque values the compiler holds
+ * them in registers (or spills them to L1) instead. Narrower: (a, rs) as load_q8 takes them. */
+template <int B> struct q8_ptrs {
+    const u8 *a;
+    i64 rs;
+    const u8 *b[(B + 7) / 8];
+    const u8 *d[(B + 7) / 8][2];
+};
+
+/* p, as a value the compiler cannot recompute from its inputs: it keeps it (in a register or
+ * spilled) instead of re-deriving the address at every use. */
+MEMRA_DEV const u8 *opaque_ptr(const u8 *p)
+{
+    asm volatile("mov.b64 %0, %0;" : "+l"(p));
+    return p;
+}
+
+template <int B> MEMRA_DEV q8_ptrs<B> make_q8_ptrs(const u8 *a, i64 rs, int g, int t)
+{
+    q8_ptrs<B> P;
+    P.a = a;
+    P.rs = rs;
+    if constexpr (B >= MMVQ_Q8_PTRS_MIN_B) {
+#pragma unroll
+        for (int nt = 0; nt < (B + 7) / 8; nt++) {
+            const int b = g + 8 * nt;
+            P.b[nt] = opaque_ptr(a + (b < B ? b : 0) * rs + 4 + 4 * t);
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int c = 2 * t + e + 8 * nt;
+                P.d[nt][e] = opaque_ptr(a + (c < B ? c : 0) * rs);
+            }
+        }
+    }
+    return P;
+}
+
+/* load_q8 through a tile's q8_ptrs: the same loads, the same values. */
+template <int B>
+MEMRA_DEV void load_q8p(const q8_ptrs<B> &P, i64 i, int g, int t, u32 (&bf)[(B + 7) / 8][2],
+                        float (&da)[(B + 7) / 8][2])
+{
+    if constexpr (B < MMVQ_Q8_PTRS_MIN_B) {
+        load_q8<B>(P.a, P.rs, i, g, t, bf, da);
+    } else {
+#pragma unroll
+        for (int nt = 0; nt < (B + 7) / 8; nt++) {
+            const int b = g + 8 * nt;
+            const bool full = B >= 8 * (nt + 1);
+            bf[nt][0] = bf[nt][1] = 0;
+            if (full || b < B) {
+                const u8 *p = P.b[nt] + i * Q8_1_BYTES;
+                bf[nt][0] = ldg_u32(p);
+                bf[nt][1] = ldg_u32(p + 16);
+            }
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int c = 2 * t + e + 8 * nt;
+                da[nt][e] =
+                    full || c < B ? f16_to_f32((u16)ldg_u16(P.d[nt][e] + i * Q8_1_BYTES)) : 0.0f;
+            }
+        }
+    }
+}
+
 /* Accumulator element e of column tile nt is (row g + 8 (e >> 1), column 2t + (e & 1) +
  * 8 nt); it is dead in every lane when even its smallest column is >= B (skipped at compile
  * time). */
@@ -175,7 +249,7 @@ MEMRA_DEV void frag32(const u8 *w, int t, u32 &lo, u32 &hi, float &d, float &m)
 }
 
 template <int QT, int B>
-MEMRA_DEV void block32(const u8 *w0, const u8 *w1, const u8 *a, i64 rs, i64 kq, int g, int t,
+MEMRA_DEV void block32(const u8 *w0, const u8 *w1, const q8_ptrs<B> &P, i64 kq, int g, int t,
                        float (&T)[(B + 7) / 8][4])
 {
     constexpr int NT = (B + 7) / 8;
@@ -184,7 +258,7 @@ MEMRA_DEV void block32(const u8 *w0, const u8 *w1, const u8 *a, i64 rs, i64 kq, 
     float d[2], m[2], da[NT][2];
     frag32<QT>(w0, t, lo0, hi0, d[0], m[0]);
     frag32<QT>(w1, t, lo1, hi1, d[1], m[1]);
-    load_q8<B>(a, rs, kq, g, t, bf, da);
+    load_q8p<B>(P, kq, g, t, bf, da);
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) {
         i32 S[4], Q[4];
@@ -212,7 +286,7 @@ MEMRA_DEV void block32(const u8 *w0, const u8 *w1, const u8 *a, i64 rs, i64 kq, 
  * t < 2, hi for t >= 2; one m16n8k16 per sub-block against word 4(s & 1) + t of the q8 block.
  */
 template <int B>
-MEMRA_DEV void block_nvfp4(const u8 *w0, const u8 *w1, const u8 *a, i64 rs, i64 kq, int g,
+MEMRA_DEV void block_nvfp4(const u8 *w0, const u8 *w1, const q8_ptrs<B> &P, i64 kq, int g,
                            int t, float (&T)[(B + 7) / 8][4])
 {
     constexpr int NT = (B + 7) / 8;
@@ -222,7 +296,7 @@ MEMRA_DEV void block_nvfp4(const u8 *w0, const u8 *w1, const u8 *a, i64 rs, i64 
 #pragma unroll
     for (int s = 0; s < 4; s++) {
         if ((s & 1) == 0)
-            load_q8<B>(a, rs, kq + s / 2, g, t, bf, da);
+            load_q8p<B>(P, kq + s / 2, g, t, bf, da);
         u32 av[2];
         float u[2];
 #pragma unroll
@@ -276,7 +350,7 @@ MEMRA_DEV void kq_scale(const u32 (&s)[3], int k, i32 &sc, i32 &m)
 }
 
 template <int QT, int B>
-MEMRA_DEV void block_kq(const u8 *w0, const u8 *w1, const u8 *a, i64 rs, i64 kq, int g, int t,
+MEMRA_DEV void block_kq(const u8 *w0, const u8 *w1, const q8_ptrs<B> &P, i64 kq, int g, int t,
                         float (&T)[(B + 7) / 8][4])
 {
     constexpr int NT = (B + 7) / 8;
@@ -313,7 +387,7 @@ MEMRA_DEV void block_kq(const u8 *w0, const u8 *w1, const u8 *a, i64 rs, i64 kq,
             }
             kq_scale(s[r], k, sc[r], mn[r]);
         }
-        load_q8<B>(a, rs, kq + k, g, t, bf, da);
+        load_q8p<B>(P, kq + k, g, t, bf, da);
 #pragma unroll
         for (int nt = 0; nt < NT; nt++) {
             i32 S[4], Q[4];
@@ -381,7 +455,7 @@ MEMRA_DEV void q6k_codes(const u8 *(&w)[2], int c, int t, u32 (&ql)[2][4], u32 (
  * 2c + 1) go through separate m16n8k16 mma because their scales differ.
  */
 template <int B>
-MEMRA_DEV void block_q6k(const u8 *w0, const u8 *w1, const u8 *a, i64 rs, i64 kq, int g, int t,
+MEMRA_DEV void block_q6k(const u8 *w0, const u8 *w1, const q8_ptrs<B> &P, i64 kq, int g, int t,
                          float (&T)[(B + 7) / 8][4])
 {
     constexpr int NT = (B + 7) / 8;
@@ -393,7 +467,7 @@ MEMRA_DEV void block_q6k(const u8 *w0, const u8 *w1, const u8 *a, i64 rs, i64 kq
         u32 clo[2], chi[2];
         i32 s0[2], s1[2];
         q6k_codes<true>(w, c, t, ql, qh, clo, chi, s0, s1);
-        load_q8<B>(a, rs, kq + c, g, t, bf, da);
+        load_q8p<B>(P, kq + c, g, t, bf, da);
 #pragma unroll
         for (int nt = 0; nt < NT; nt++) {
             i32 Slo[4], Shi[4];
@@ -424,7 +498,7 @@ MEMRA_DEV void block_q6k(const u8 *w0, const u8 *w1, const u8 *a, i64 rs, i64 kq
  * its word t. ls_b = ((scales_l >> 4b) & 15) | (((scales_h >> 2b) & 3) << 4).
  */
 template <int B>
-MEMRA_DEV void block_iq4xs(const u8 *w0, const u8 *w1, const u8 *a, i64 rs, i64 kq, int g,
+MEMRA_DEV void block_iq4xs(const u8 *w0, const u8 *w1, const q8_ptrs<B> &P, i64 kq, int g,
                            int t, float (&T)[(B + 7) / 8][4])
 {
     constexpr int NT = (B + 7) / 8;
@@ -442,7 +516,7 @@ MEMRA_DEV void block_iq4xs(const u8 *w0, const u8 *w1, const u8 *a, i64 rs, i64 
             book_lookup<book_kv4>(ld_u32<8>(w[r] + 8 + 16 * b + 4 * t), lo[r], hi[r]);
             ls[r] = (i32)(((sl[r] >> (4 * b)) & 15) | (((sh[r] >> (2 * b)) & 3) << 4)) - 32;
         }
-        load_q8<B>(a, rs, kq + b, g, t, bf, da);
+        load_q8p<B>(P, kq + b, g, t, bf, da);
 #pragma unroll
         for (int nt = 0; nt < NT; nt++) {
             i32 S[4];
@@ -727,25 +801,25 @@ MEMRA_DEV void block_float(const u8 *w0, const u8 *w1, const u8 *a, i64 rs, i64 
 /* ------------------------------------ dispatch ---------------------------------------- */
 
 template <int QT, int B>
-MEMRA_DEV void block_any(const u8 *w0, const u8 *w1, const u8 *a, i64 rs, i64 kq, int g, int t,
+MEMRA_DEV void block_any(const u8 *w0, const u8 *w1, const q8_ptrs<B> &P, i64 kq, int g, int t,
                          float (&T)[(B + 7) / 8][4])
 {
     if ((QT == QT_Q4_K || QT == QT_Q5_K) && B <= 4)
-        block_kq_lk<QT, B>(w0, w1, a, rs, kq, g, t, T);
+        block_kq_lk<QT, B>(w0, w1, P.a, P.rs, kq, g, t, T);
     else if (QT == QT_Q6_K && B <= 4)
-        block_q6k_lk<B>(w0, w1, a, rs, kq, g, t, T);
+        block_q6k_lk<B>(w0, w1, P.a, P.rs, kq, g, t, T);
     else if (QT == QT_Q4_K || QT == QT_Q5_K)
-        block_kq<QT, B>(w0, w1, a, rs, kq, g, t, T);
+        block_kq<QT, B>(w0, w1, P, kq, g, t, T);
     else if (QT == QT_Q6_K)
-        block_q6k<B>(w0, w1, a, rs, kq, g, t, T);
+        block_q6k<B>(w0, w1, P, kq, g, t, T);
     else if (QT == QT_IQ4_XS)
-        block_iq4xs<B>(w0, w1, a, rs, kq, g, t, T);
+        block_iq4xs<B>(w0, w1, P, kq, g, t, T);
     else if (QT == QT_NVFP4)
-        block_nvfp4<B>(w0, w1, a, rs, kq, g, t, T);
+        block_nvfp4<B>(w0, w1, P, kq, g, t, T);
     else if (QT == QT_F32 || QT == QT_F16 || QT == QT_BF16)
-        block_float<QT, B>(w0, w1, a, rs, kq, g, t, T);
+        block_float<QT, B>(w0, w1, P.a, P.rs, kq, g, t, T);
     else
-        block32<QT, B>(w0, w1, a, rs, kq, g, t, T);
+        block32<QT, B>(w0, w1, P, kq, g, t, T);
 }
 
 /* --------------------------------- weight streaming ----------------------------------- */
@@ -827,6 +901,7 @@ MEMRA_DEV void tile_run(const memra_mmvq_params &p, const memra_mmvq_out_params 
     const i64 mine = part < nsteps ? (nsteps - 1 - part) / p.ksplit + 1 : 0;
     const u8 *a = (const u8 *)p.a;
     const i64 rs = (i64)(p.n_in / 32) * Q8_1_BYTES;
+    const q8_ptrs<B> P = make_q8_ptrs<B>(a, rs, lane >> 2, lane & 3);
     constexpr int STAGE = MMVQ_ROWS * SLOT_STRIDE, STEPB = G::step * G::bytes;
     /* uniform over the launch: every step whole 16-byte units */
     const bool aligned = step_aligned<QT>::v && o.row_bytes % 16 == 0 && nblk % G::step == 0;
@@ -872,7 +947,7 @@ MEMRA_DEV void tile_run(const memra_mmvq_params &p, const memra_mmvq_out_params 
 #pragma unroll 1
         for (int j = 0; j < G::step; j++)
             if (j < nb)
-                block_any<QT, B>(w0 + j * G::bytes, w1 + j * G::bytes, a, rs,
+                block_any<QT, B>(w0 + j * G::bytes, w1 + j * G::bytes, P,
                                  (s * G::step + j) * (G::qk / 32), g, t, T);
         __syncwarp();
     }
