@@ -286,8 +286,8 @@ MEMRA_DEV void block32(const u8 *w0, const u8 *w1, const q8_ptrs<B> &P, i64 kq, 
  * t < 2, hi for t >= 2; one m16n8k16 per sub-block against word 4(s & 1) + t of the q8 block.
  */
 template <int B>
-MEMRA_DEV void block_nvfp4(const u8 *w0, const u8 *w1, const q8_ptrs<B> &P, i64 kq, int g,
-                           int t, float (&T)[(B + 7) / 8][4])
+MEMRA_DEV void block_nvfp4(const u8 *w0, const u8 *w1, const q8_ptrs<B> &P, i64 kq, int g, int t,
+                           float (&T)[(B + 7) / 8][4])
 {
     constexpr int NT = (B + 7) / 8;
     const u32 sc[2] = {ld_u32<4>(w0), ld_u32<4>(w1)};
@@ -498,8 +498,8 @@ MEMRA_DEV void block_q6k(const u8 *w0, const u8 *w1, const q8_ptrs<B> &P, i64 kq
  * its word t. ls_b = ((scales_l >> 4b) & 15) | (((scales_h >> 2b) & 3) << 4).
  */
 template <int B>
-MEMRA_DEV void block_iq4xs(const u8 *w0, const u8 *w1, const q8_ptrs<B> &P, i64 kq, int g,
-                           int t, float (&T)[(B + 7) / 8][4])
+MEMRA_DEV void block_iq4xs(const u8 *w0, const u8 *w1, const q8_ptrs<B> &P, i64 kq, int g, int t,
+                           float (&T)[(B + 7) / 8][4])
 {
     constexpr int NT = (B + 7) / 8;
     const u8 *w[2] = {w0, w1};
