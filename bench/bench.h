@@ -78,7 +78,8 @@ typedef struct memra_bench_opts {
                                     (every warp's first bytes a share; needs l2_side > 0) */
     int attn_split_ctas;         /* MEMRA_BENCH_UNSET (default): the backend's default; else
                                     memra_cuda_opts.attn_split_ctas (0 one CTA per split, N, or
-                                    -1 auto): attention's split grid, an A/B of scheduling */
+                                    -1 auto) at every tier (attn_auto_tiers 0): attention's
+                                    split grid, an A/B of scheduling */
     int isolation;               /* 1 (default): check rows of every B > 1 tick against tier 1 */
     int synthetic;               /* 1 (default): start each case from a synthetic history at its
                                     depth; 0: reach the depth with real decode ticks (slow at depth;

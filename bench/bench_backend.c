@@ -64,8 +64,10 @@ int bench_be_open(bench_be *b, memra_bench_backend kind, const char *plan_dir, c
     uo.fuse = !o->no_fusion;
     if (o->norm_release >= 0)
         uo.norm_release_tiers = (uint32_t)o->norm_release;
-    if (o->attn_split_ctas != MEMRA_BENCH_UNSET)
+    if (o->attn_split_ctas != MEMRA_BENCH_UNSET) { /* one grid for every tier, `max` too */
         uo.attn_split_ctas = o->attn_split_ctas;
+        uo.attn_auto_tiers = 0;
+    }
     if (o->attn_prefetch != MEMRA_BENCH_UNSET)
         uo.attn_prefetch = o->attn_prefetch;
     if (o->gdn_prefetch != MEMRA_BENCH_UNSET)

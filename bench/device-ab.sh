@@ -28,7 +28,8 @@
 # check inside the run (B-wide rows against tier 1); logits compares the case's logits_xxh64
 # (the first B-wide tick's logits, all rows) with base's in the same round: `=base` means the
 # variant computed the same bits on the whole model (list base first, so it runs first);
-# launches: kernel launches per tick (what a planner variant changes).
+# launches: kernel launches per tick (what a planner variant changes). One line per case
+# (tier, depth): with several depths, each case is compared with base's of the same depth.
 set -u
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -102,15 +103,16 @@ for round in $(seq 1 "${AB_ROUNDS:-2}"); do
     mode=graph # the primary mode: graph replay, eager where there is none (AB_BACKEND=cpu)
     grep -q '"mode":"graph"' "$out/$v-$round.jsonl" 2>/dev/null || mode=eager
     grep "\"mode\":\"$mode\"" "$out/$v-$round.jsonl" 2>/dev/null | while read -r line; do
-      tier=$(field "$line" tier)
+      tier=$(field "$line" tier) depth=$(field "$line" depth)
       hash=$(printf '%s' "$line" | sed -nE 's/.*"logits_xxh64":"([0-9a-f]+)".*/\1/p')
-      echo "$tier ${hash:-none}" >>"$out/$v-$round.hash"
-      ref=$(awk -v t="$tier" '$1 == t { print $2 }' "$out/base-$round.hash" 2>/dev/null)
+      echo "$tier $depth ${hash:-none}" >>"$out/$v-$round.hash"
+      # base's case of the same tier and depth (one line per case: several depths per tier)
+      ref=$(awk -v t="$tier" -v d="$depth" '$1 == t && $2 == d { print $3 }' "$out/base-$round.hash" 2>/dev/null)
       if [ "$v" = base ]; then same=-
       elif [ -z "$hash" ] || [ -z "$ref" ] || [ "$ref" = none ]; then same=?
       elif [ "$hash" = "$ref" ]; then same==base
       else same=DIFF; fi
-      printf '%-10s %5s %4s %10s %10s %6s %9s %7s %8s\n' "$v" "$round" "$tier" \
+      printf '%-10s %5s %4s %6s %10s %10s %6s %9s %7s %8s\n' "$v" "$round" "$tier" "$depth" \
         "$(field "$line" median_ms)" "$(field "$line" p99_ms)" "$(field "$line" rows_differ)" \
         "$(field "$line" max_abs_diff)" "$same" "$(field "$line" launches)"
     done >>"$out/ab.txt"
@@ -146,5 +148,5 @@ if [ -n "${AB_TESTS:-}" ]; then
   done
 fi
 grep -h -m1 "copy BW" "$out"/*-1.txt | head -1
-printf '%-10s %5s %4s %10s %10s %6s %9s %7s %8s\n' variant round B median_ms p99_ms rows_differ 'max|d|' logits launches
-sort -k3,3n -k1,1 -s "$out/ab.txt"
+printf '%-10s %5s %4s %6s %10s %10s %6s %9s %7s %8s\n' variant round B depth median_ms p99_ms rows_differ 'max|d|' logits launches
+sort -k3,3n -k4,4n -k1,1 -s "$out/ab.txt"

@@ -249,7 +249,7 @@ static json_t *config_json(const memra_bench_report *r)
         json_object_set_new(j, "norm_release_tiers",
                             u32_array(nr, norm_release_tiers(o->norm_release, nr)));
     }
-    if (o->attn_split_ctas != MEMRA_BENCH_UNSET) /* absent: the backend default (max) */
+    if (o->attn_split_ctas != MEMRA_BENCH_UNSET) /* absent: the backend default (auto at tier 1) */
         json_object_set_new(j, "attn_split_ctas",
                             json_string(attn_split_ctas_str(o->attn_split_ctas)));
     if (o->attn_prefetch != MEMRA_BENCH_UNSET) /* absent: the backend default (2) */

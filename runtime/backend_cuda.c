@@ -183,6 +183,7 @@ void memra_cuda_opts_init(memra_cuda_opts *o)
                            .fuse = 1,
                            .norm_release_tiers = MEMRA_CUDA_NORM_RELEASE_TIERS,
                            .attn_prefetch = MEMRA_CUDA_ATTN_PREFETCH,
+                           .attn_auto_tiers = MEMRA_CUDA_ATTN_AUTO_TIERS,
                            .sync_launches = 0,
                            .staging_mib = 64};
 }
@@ -803,6 +804,8 @@ static int bind_plan(memra_cuda_backend *be, uint32_t t, uint32_t s, memra_err *
         if (l->op == MEMRA_OP_ATTN_DECODE) { /* scheduling, never the bytes */
             memra_attn_decode_args *ad = &L->a.attn_decode;
             ad->split_ctas = be->opts.attn_split_ctas;
+            if (ad->split_ctas == 0 && p->tier < 32 && ((be->opts.attn_auto_tiers >> p->tier) & 1))
+                ad->split_ctas = MEMRA_ATTN_SPLIT_CTAS_AUTO;
             ad->prefetch_batches = be->opts.attn_prefetch;
             /* the grid the launch will run (AUTO resolved here, on the host, not by queries
              * inside the graph capture; the scalar kernel's one CTA per split included) */

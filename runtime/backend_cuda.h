@@ -74,6 +74,13 @@
  * bench/results/mmvq-notes.md, session 20). */
 #define MEMRA_CUDA_ATTN_PREFETCH 2
 
+/* memra_cuda_opts.attn_auto_tiers' default: tier 1. With the prefetching kernel (3 CTAs per
+ * SM) the B = 1 grid of one CTA per split (the 9b: 512 CTAs, 396 slots on an H100) runs in
+ * two waves; AUTO keeps it to one (9b, H100, session 20: depth 1024 2.576 -> 2.547 ms, 8192
+ * 2.818 -> 2.799, 32768 3.220 -> 3.192). At B = 2 AUTO lost 2-3 % at depths 8192 and 32768,
+ * at B = 16 0.2-3 %. */
+#define MEMRA_CUDA_ATTN_AUTO_TIERS (1u << 1)
+
 /* memra_cuda_opts.l2_side_mib's largest value: well inside the H100 / H200 L2 (50 MB), so the
  * lines are still there when the mat-vec reads them. */
 #define MEMRA_CUDA_L2_SIDE_MAX_MIB 32
@@ -99,10 +106,15 @@ typedef struct memra_cuda_opts {
                              tiers where the H200 measured it faster (bench/results/mmvq-notes.md
                              run 24) */
     int attn_split_ctas;         /* attn_decode's split kernel, CTAs per (kv head, row): 0
-                                    (default) one per split up to the plan's max_split; N: N CTAs,
+                                    (default) one per split up to the plan's max_split, except
+                                    in attn_auto_tiers (below); N: N CTAs,
                                     each taking every N-th split of its row; -1
                                     (MEMRA_ATTN_SPLIT_CTAS_AUTO): as many as keep the grid resident
                                     at once (scheduling only: the same bytes; kernels/attn_decode.h) */
+    uint32_t attn_auto_tiers;    /* bit b set: while attn_split_ctas is 0, tier b's attn_decode
+                                launches take MEMRA_ATTN_SPLIT_CTAS_AUTO (a grid that stays
+                                resident) and the others one CTA per split; default
+                                MEMRA_CUDA_ATTN_AUTO_TIERS (scheduling only: the same bytes) */
     int attn_prefetch;    /* attn_decode's split kernel: each warp pulls the key batch this many
                              ahead of the one it computes into L2, the first ones before its
                              PDL wait (0: none, the plain kernel; 1..MEMRA_ATTN_MAX_PREFETCH,

@@ -208,6 +208,7 @@ static void gopen(gpu_ctx *c, const model_fix *f, const char *plans, int graphs,
     o.graphs = graphs;
     if (g_sched.on) {
         o.attn_split_ctas = g_sched.attn_split_ctas;
+        o.attn_auto_tiers = 0; /* attn_split_ctas alone: 0 is one CTA per split everywhere */
         o.attn_prefetch = g_sched.attn_prefetch;
         o.gdn_prefetch = g_sched.gdn_prefetch;
         o.l2_side_mib = g_sched.l2_side_mib;
@@ -501,6 +502,17 @@ static void sched_gate(const model_fix *f, int n_seq, int max_len)
                 (unsigned long long)si->l2_side_bytes[t]);
     }
     fprintf(stderr, "\n");
+    /* the defaults (memra_cuda_opts_init, g_sched off): AUTO's grid at the tiers of
+     * MEMRA_CUDA_ATTN_AUTO_TIERS, one CTA per split at the others */
+    gpu_ctx def;
+    gopen(&def, f, f->plans1, 1, MAX_LEN);
+    const memra_cuda_info *di = memra_cuda_backend_info(def.be);
+    ck_assert_uint_eq(di->n_tiers, ci->n_tiers);
+    for (uint32_t t = 0; t < di->n_tiers; t++)
+        ck_assert_uint_eq(di->attn_split_ctas[t], (MEMRA_CUDA_ATTN_AUTO_TIERS >> di->tiers[t]) & 1
+                                                      ? ci->attn_split_ctas[t]
+                                                      : MEMRA_ATTN_MAX_SPLIT);
+    gclose(&def);
     gate_run(&c, &gt, 1, "options: graph tier 1 vs default", 0);
     gate_run(&c, &gt, 16, "options: graph width 16 vs default", 0);
     gate_run(&spread, &gt, 16, "options: graph width 16 spread vs default", 0);
