@@ -51,6 +51,8 @@ void memra_bench_opts_init(memra_bench_opts *o)
     o->norm_release = -1;
     o->attn_split_ctas = MEMRA_BENCH_UNSET;
     o->attn_prefetch = MEMRA_BENCH_UNSET;
+    o->attn_auto = -1;
+    o->attn_prefetch_lean = MEMRA_BENCH_UNSET;
     o->gdn_prefetch = MEMRA_BENCH_UNSET;
     o->gdn_split = MEMRA_BENCH_UNSET;
     o->l2_side = MEMRA_BENCH_UNSET;
@@ -561,7 +563,9 @@ static int eng_open(bench_ctx *c, bench_eng *e, const char *plan_dir, int graphs
                               .no_fusion = c->o->no_fusion,
                               .norm_release = c->o->norm_release,
                               .attn_split_ctas = c->o->attn_split_ctas,
+                              .attn_auto = c->o->attn_auto,
                               .attn_prefetch = c->o->attn_prefetch,
+                              .attn_prefetch_lean = c->o->attn_prefetch_lean,
                               .gdn_prefetch = c->o->gdn_prefetch,
                               .gdn_split = c->o->gdn_split,
                               .l2_side = c->o->l2_side,
@@ -572,6 +576,7 @@ static int eng_open(bench_ctx *c, bench_eng *e, const char *plan_dir, int graphs
     if (c->r->open_ms == 0) {
         c->r->open_ms = now_ms() - t0;
         bench_be_device(&e->be, c->r->device, sizeof c->r->device);
+        c->r->sched = e->be.sched;
     }
     if (c->o->synthetic && !bench_be_can_fill(&e->be)) {
         rc = MEMRA_FAIL(err, MEMRA_ERR_UNSUPPORTED,

@@ -78,8 +78,13 @@ typedef struct memra_bench_opts {
                                     (every warp's first bytes a share; needs l2_side > 0) */
     int attn_split_ctas;         /* MEMRA_BENCH_UNSET (default): the backend's default; else
                                     memra_cuda_opts.attn_split_ctas (0 one CTA per split, N, or
-                                    -1 auto) at every tier (attn_auto_tiers 0): attention's
-                                    split grid, an A/B of scheduling */
+                                    -1 auto) at every tier (attn_auto_tiers 0 unless attn_auto
+                                    is given too): attention's split grid, an A/B of scheduling */
+    int attn_auto;               /* -1 (default): the backend's default (or 0 with
+                                    attn_split_ctas); else memra_cuda_opts.attn_auto_tiers, a
+                                    bit mask of tiers (bit b: tier b) */
+    int attn_prefetch_lean;      /* MEMRA_BENCH_UNSET (default): the backend's default; else
+                                    memra_cuda_opts.attn_prefetch_lean (0 or 1) */
     int isolation;               /* 1 (default): check rows of every B > 1 tick against tier 1 */
     int synthetic;               /* 1 (default): start each case from a synthetic history at its
                                     depth; 0: reach the depth with real decode ticks (slow at depth;
@@ -155,6 +160,15 @@ typedef struct memra_bench_target {
     int pass;
 } memra_bench_target;
 
+/* The CUDA backend's scheduling options as the run's engines had them (defaults included): what
+ * a result means when an option was not given. */
+typedef struct memra_bench_sched {
+    int known; /* 1: the CUDA backend ran (the fields below are set) */
+    int fuse, attn_split_ctas, attn_prefetch, attn_prefetch_lean, gdn_prefetch, gdn_split;
+    uint32_t norm_release_tiers, attn_auto_tiers, l2_side_mib;
+    int l2_side_spread;
+} memra_bench_sched;
+
 typedef struct memra_bench_report {
     memra_bench_opts opts; /* effective (defaults filled in) */
     char plans_dir[512];   /* the one used (a removed temporary one when generated) */
@@ -174,6 +188,7 @@ typedef struct memra_bench_report {
     char host_method[128];
     char fill_method[64];
     double open_ms; /* backend open (first mode) */
+    memra_bench_sched sched;
     uint32_t n_cases;
     memra_bench_case cases[2 * MEMRA_BENCH_MAX_CASES]; /* graph cases first, then eager */
     uint32_t n_phases;

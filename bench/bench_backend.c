@@ -68,8 +68,12 @@ int bench_be_open(bench_be *b, memra_bench_backend kind, const char *plan_dir, c
         uo.attn_split_ctas = o->attn_split_ctas;
         uo.attn_auto_tiers = 0;
     }
+    if (o->attn_auto >= 0) /* after: --attn-split-ctas max --attn-auto 1,2 */
+        uo.attn_auto_tiers = (uint32_t)o->attn_auto;
     if (o->attn_prefetch != MEMRA_BENCH_UNSET)
         uo.attn_prefetch = o->attn_prefetch;
+    if (o->attn_prefetch_lean != MEMRA_BENCH_UNSET)
+        uo.attn_prefetch_lean = o->attn_prefetch_lean;
     if (o->gdn_prefetch != MEMRA_BENCH_UNSET)
         uo.gdn_prefetch = o->gdn_prefetch;
     if (o->gdn_split != MEMRA_BENCH_UNSET)
@@ -78,6 +82,17 @@ int bench_be_open(bench_be *b, memra_bench_backend kind, const char *plan_dir, c
         uo.l2_side_mib = (uint32_t)o->l2_side;
     uo.l2_side_spread = o->l2_side_spread;
     uo.device = o->device;
+    b->sched = (memra_bench_sched){.known = 1,
+                                   .fuse = uo.fuse,
+                                   .attn_split_ctas = uo.attn_split_ctas,
+                                   .attn_prefetch = uo.attn_prefetch,
+                                   .attn_prefetch_lean = uo.attn_prefetch_lean,
+                                   .gdn_prefetch = uo.gdn_prefetch,
+                                   .gdn_split = uo.gdn_split,
+                                   .norm_release_tiers = uo.norm_release_tiers,
+                                   .attn_auto_tiers = uo.attn_auto_tiers,
+                                   .l2_side_mib = uo.l2_side_mib,
+                                   .l2_side_spread = uo.l2_side_spread};
     rc = memra_cuda_backend_open(plan_dir, g, &uo, &b->cuda, err);
     if (rc == MEMRA_OK) {
         b->n_vocab = memra_cuda_backend_n_vocab(b->cuda);

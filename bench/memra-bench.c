@@ -9,7 +9,8 @@
  *               [--plot FILE.svg] [--backend cuda|cpu] [--device N] [--seed N]
  *               [--prefill synthetic|decode] [--no-isolation] [--copy-mib N]
  *               [--copy-reps N] [--norm-release TIERS|none]
- *               [--attn-split-ctas N|max|auto] [--attn-prefetch N] [--gdn-prefetch N]
+ *               [--attn-split-ctas N|max|auto] [--attn-auto TIERS|none]
+ *               [--attn-prefetch N] [--attn-prefetch-lean 0|1] [--gdn-prefetch N]
  *               [--gdn-split auto|1|2|4] [--l2-side MIB] [--l2-side-spread] [-q]
  *
  * Prints the configuration header, the human table, the JSON lines (also to --json FILE)
@@ -38,7 +39,8 @@ static void usage(FILE *f)
                "                   [--backend cuda|cpu] [--device N] [--seed N]\n"
                "                   [--prefill synthetic|decode] [--no-isolation]\n"
                "                   [--copy-mib N] [--copy-reps N] [--norm-release TIERS|none]\n"
-               "                   [--attn-split-ctas N|max|auto] [--attn-prefetch N]\n"
+               "                   [--attn-split-ctas N|max|auto] [--attn-auto TIERS|none]\n"
+               "                   [--attn-prefetch N] [--attn-prefetch-lean 0|1]\n"
                "                   [--gdn-prefetch N] [--gdn-split auto|1|2|4]\n"
                "                   [--l2-side MIB] [--l2-side-spread] [-q]\n");
 }
@@ -49,6 +51,20 @@ static int parse_u32(const char *s, uint32_t max, uint32_t *out)
     if (memra_bench_parse_list(s, v, 1, max) != 1)
         return -1;
     *out = v[0];
+    return 0;
+}
+
+/* A tier-mask option's value, "none" or tiers "1,2": bit b set for tier b; 0 or -1. */
+static int parse_tier_mask(const char *s, int *mask)
+{
+    uint32_t list[MEMRA_PLAN_MAX_TIERS];
+    int n = 0;
+    if (strcmp(s, "none") &&
+        (n = memra_bench_parse_list(s, list, MEMRA_PLAN_MAX_TIERS, MEMRA_PLAN_MAX_B)) <= 0)
+        return -1;
+    *mask = 0;
+    for (int i = 0; i < n; i++)
+        *mask |= 1 << list[i];
     return 0;
 }
 
@@ -78,7 +94,7 @@ static int parse_flag(const char *a, memra_bench_opts *o, int *quiet)
 static int parse_opt(const char *a, const char *v, memra_bench_opts *o)
 {
     int n = 0;
-    uint32_t u = 0, list[MEMRA_PLAN_MAX_TIERS];
+    uint32_t u = 0;
     if (!strcmp(a, "-m") || !strcmp(a, "--model"))
         o->model = v;
     else if (!strcmp(a, "--plans"))
@@ -111,19 +127,18 @@ static int parse_opt(const char *a, const char *v, memra_bench_opts *o)
         ;
     else if (!strcmp(a, "--copy-reps") && !parse_u32(v, 10000, &o->copy_reps) && o->copy_reps)
         ;
-    else if (!strcmp(a, "--norm-release") && !strcmp(v, "none"))
-        o->norm_release = 0;
-    else if (!strcmp(a, "--norm-release") &&
-             (n = memra_bench_parse_list(v, list, MEMRA_PLAN_MAX_TIERS, MEMRA_PLAN_MAX_B)) > 0) {
-        o->norm_release = 0;
-        for (int i = 0; i < n; i++)
-            o->norm_release |= 1 << list[i];
-    } else if (!strcmp(a, "--attn-split-ctas") && (!strcmp(v, "max") || !strcmp(v, "auto")))
+    else if (!strcmp(a, "--norm-release") && !parse_tier_mask(v, &o->norm_release))
+        ;
+    else if (!strcmp(a, "--attn-split-ctas") && (!strcmp(v, "max") || !strcmp(v, "auto")))
         o->attn_split_ctas = !strcmp(v, "max") ? 0 : -1;
     else if (!strcmp(a, "--attn-split-ctas") && !parse_u32(v, 65535, &u) && u)
         o->attn_split_ctas = (int)u;
+    else if (!strcmp(a, "--attn-auto") && !parse_tier_mask(v, &o->attn_auto))
+        ;
     else if (!strcmp(a, "--attn-prefetch") && !parse_u32(v, MEMRA_ATTN_MAX_PREFETCH, &u))
         o->attn_prefetch = (int)u;
+    else if (!strcmp(a, "--attn-prefetch-lean") && !parse_u32(v, 1, &u))
+        o->attn_prefetch_lean = (int)u;
     else if (!strcmp(a, "--gdn-prefetch") && !parse_u32(v, MEMRA_GDN_MAX_PREFETCH, &u))
         o->gdn_prefetch = (int)u;
     else if (!strcmp(a, "--gdn-split") && !strcmp(v, "auto"))

@@ -51,8 +51,9 @@ static const char *attn_split_ctas_str(int v)
     return buf;
 }
 
-/* The tiers of --norm-release's mask (bit b: tier b) into out [MEMRA_PLAN_MAX_B]; their count. */
-static uint32_t norm_release_tiers(int mask, uint32_t *out)
+/* The tiers of a tier mask (--norm-release, --attn-auto; bit b: tier b) into out
+ * [MEMRA_PLAN_MAX_B]; their count. */
+static uint32_t tier_mask_list(int mask, uint32_t *out)
 {
     uint32_t n = 0;
     for (uint32_t b = 1; mask > 0 && b <= MEMRA_PLAN_MAX_B; b++)
@@ -61,26 +62,35 @@ static uint32_t norm_release_tiers(int mask, uint32_t *out)
     return n;
 }
 
+/* Appends " OPT none" / " OPT 1,2" for a tier-mask option given (mask >= 0; -1: not given). */
+static void append_tier_mask(char *buf, size_t n, const char *opt, int mask)
+{
+    uint32_t t[MEMRA_PLAN_MAX_B];
+    char list[96] = "none";
+    const uint32_t k = mask > 0 ? tier_mask_list(mask, t) : 0;
+    if (mask < 0)
+        return;
+    if (k)
+        list_str(t, k, list, sizeof list);
+    append(buf, n, " %s %s", opt, list);
+}
+
 void memra_bench_print_header(const memra_bench_report *r, FILE *f)
 {
     const memra_bench_opts *o = &r->opts;
-    char tiers[96], depths[160], norm_release[120] = "", sched[128] = "";
+    char tiers[96], depths[160], norm_release[120] = "", sched[256] = "";
     list_str(o->tiers, o->n_tiers, tiers, sizeof tiers);
     list_str(o->depths, o->n_depths, depths, sizeof depths);
-    if (o->norm_release == 0)
-        snprintf(norm_release, sizeof norm_release, " --norm-release none");
-    else if (o->norm_release > 0) {
-        uint32_t nr[MEMRA_PLAN_MAX_B];
-        char list[96];
-        list_str(nr, norm_release_tiers(o->norm_release, nr), list, sizeof list);
-        snprintf(norm_release, sizeof norm_release, " --norm-release %s", list);
-    }
+    append_tier_mask(norm_release, sizeof norm_release, "--norm-release", o->norm_release);
     /* the scheduling options given (absent: the backend's defaults) */
     if (o->attn_split_ctas != MEMRA_BENCH_UNSET)
         append(sched, sizeof sched, " --attn-split-ctas %s",
                attn_split_ctas_str(o->attn_split_ctas));
+    append_tier_mask(sched, sizeof sched, "--attn-auto", o->attn_auto);
     if (o->attn_prefetch != MEMRA_BENCH_UNSET)
         append(sched, sizeof sched, " --attn-prefetch %d", o->attn_prefetch);
+    if (o->attn_prefetch_lean != MEMRA_BENCH_UNSET)
+        append(sched, sizeof sched, " --attn-prefetch-lean %d", o->attn_prefetch_lean);
     if (o->gdn_prefetch != MEMRA_BENCH_UNSET)
         append(sched, sizeof sched, " --gdn-prefetch %d", o->gdn_prefetch);
     if (o->gdn_split == 0)
@@ -125,6 +135,24 @@ void memra_bench_print_header(const memra_bench_report *r, FILE *f)
                                                          : " (graph pass only: --no-eager)");
     fprintf(f, "  copy BW   %.1f GB/s best, %.1f median (%s; bytes read + written)\n", r->copy_gbs,
             r->copy_median_gbs, r->copy_method);
+    if (r->sched.known) { /* what the engines ran with, the defaults included */
+        const memra_bench_sched *s = &r->sched;
+        uint32_t nr[MEMRA_PLAN_MAX_B], at[MEMRA_PLAN_MAX_B];
+        char nrl[96] = "none", atl[96] = "none";
+        uint32_t n = tier_mask_list((int)s->norm_release_tiers, nr);
+        if (n)
+            list_str(nr, n, nrl, sizeof nrl);
+        n = tier_mask_list((int)s->attn_auto_tiers, at);
+        if (n)
+            list_str(at, n, atl, sizeof atl);
+        fprintf(f,
+                "  schedule  attention split CTAs %s (AUTO at tiers %s), prefetch %d (lean %d); "
+                "norm release at tiers %s; gdn prefetch %d, split %d; L2 side %u MiB%s; fuse "
+                "%d\n",
+                attn_split_ctas_str(s->attn_split_ctas), s->attn_split_ctas ? "none" : atl,
+                s->attn_prefetch, s->attn_prefetch_lean, nrl, s->gdn_prefetch, s->gdn_split,
+                s->l2_side_mib, s->l2_side_spread ? " spread" : "", s->fuse);
+    }
     fprintf(f, "  host time %s\n", r->host_method);
     fprintf(f, "  contexts  %s\n", r->fill_method);
 }
@@ -247,13 +275,19 @@ static json_t *config_json(const memra_bench_report *r)
     if (o->norm_release >= 0) { /* the tiers of --norm-release; absent: the backend default */
         uint32_t nr[MEMRA_PLAN_MAX_B];
         json_object_set_new(j, "norm_release_tiers",
-                            u32_array(nr, norm_release_tiers(o->norm_release, nr)));
+                            u32_array(nr, tier_mask_list(o->norm_release, nr)));
     }
     if (o->attn_split_ctas != MEMRA_BENCH_UNSET) /* absent: the backend default (auto at tier 1) */
         json_object_set_new(j, "attn_split_ctas",
                             json_string(attn_split_ctas_str(o->attn_split_ctas)));
+    if (o->attn_auto >= 0) { /* the tiers of --attn-auto; absent: the backend default */
+        uint32_t at[MEMRA_PLAN_MAX_B];
+        json_object_set_new(j, "attn_auto_tiers", u32_array(at, tier_mask_list(o->attn_auto, at)));
+    }
     if (o->attn_prefetch != MEMRA_BENCH_UNSET) /* absent: the backend default (2) */
         json_object_set_new(j, "attn_prefetch", json_integer(o->attn_prefetch));
+    if (o->attn_prefetch_lean != MEMRA_BENCH_UNSET) /* absent: the backend default */
+        json_object_set_new(j, "attn_prefetch_lean", json_integer(o->attn_prefetch_lean));
     if (o->gdn_prefetch != MEMRA_BENCH_UNSET) /* absent: the backend default (0) */
         json_object_set_new(j, "gdn_prefetch", json_integer(o->gdn_prefetch));
     if (o->gdn_split != MEMRA_BENCH_UNSET) /* 0: the launcher's choice; absent: the default */
@@ -262,6 +296,25 @@ static json_t *config_json(const memra_bench_report *r)
         json_object_set_new(j, "l2_side_mib", json_integer(o->l2_side));
     if (o->l2_side_spread) /* absent: end to end */
         json_object_set_new(j, "l2_side_spread", json_true());
+    if (r->sched.known) { /* the CUDA engines' scheduling options, defaults included */
+        const memra_bench_sched *s = &r->sched;
+        uint32_t nr[MEMRA_PLAN_MAX_B], at[MEMRA_PLAN_MAX_B];
+        json_t *c = json_object();
+        json_object_set_new(c, "fuse", json_integer(s->fuse));
+        json_object_set_new(c, "attn_split_ctas",
+                            json_string(attn_split_ctas_str(s->attn_split_ctas)));
+        json_object_set_new(c, "attn_auto_tiers",
+                            u32_array(at, tier_mask_list((int)s->attn_auto_tiers, at)));
+        json_object_set_new(c, "attn_prefetch", json_integer(s->attn_prefetch));
+        json_object_set_new(c, "attn_prefetch_lean", json_integer(s->attn_prefetch_lean));
+        json_object_set_new(c, "norm_release_tiers",
+                            u32_array(nr, tier_mask_list((int)s->norm_release_tiers, nr)));
+        json_object_set_new(c, "gdn_prefetch", json_integer(s->gdn_prefetch));
+        json_object_set_new(c, "gdn_split", json_integer(s->gdn_split));
+        json_object_set_new(c, "l2_side_mib", json_integer(s->l2_side_mib));
+        json_object_set_new(c, "l2_side_spread", json_boolean(s->l2_side_spread));
+        json_object_set_new(j, "cuda_sched", c);
+    }
     json_object_set_new(j, "phases", json_boolean(o->phases));
     json_object_set_new(j, "isolation", json_boolean(o->isolation));
     json_object_set_new(j, "prefill", json_string(o->synthetic ? "synthetic" : "decode"));

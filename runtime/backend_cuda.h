@@ -74,6 +74,9 @@
  * bench/results/mmvq-notes.md, session 20). */
 #define MEMRA_CUDA_ATTN_PREFETCH 2
 
+/* memra_cuda_opts.attn_prefetch_lean's default: 0 (not measured yet). */
+#define MEMRA_CUDA_ATTN_PREFETCH_LEAN 0
+
 /* memra_cuda_opts.attn_auto_tiers' default: tier 1. With the prefetching kernel (3 CTAs per
  * SM) the B = 1 grid of one CTA per split (the 9b: 512 CTAs, 396 slots on an H100) runs in
  * two waves; AUTO keeps it to one (9b, H100, session 20: depth 1024 2.576 -> 2.547 ms, 8192
@@ -120,6 +123,11 @@ typedef struct memra_cuda_opts {
                              PDL wait (0: none, the plain kernel; 1..MEMRA_ATTN_MAX_PREFETCH,
                              default MEMRA_CUDA_ATTN_PREFETCH; a kernel of its own: scheduling
                              only, the same bytes) */
+    int attn_prefetch_lean; /* with attn_prefetch: 1 runs the prefetching kernel compiled for 4
+                             CTAs per SM (128 registers) where its geometry spills little
+                             (kernels/attn_decode.h prefetch_lean; the 9b's head_dim 256 with 4
+                             q heads per kv head is one); 0: its own register count
+                             (default MEMRA_CUDA_ATTN_PREFETCH_LEAN; scheduling only) */
     int gdn_prefetch;     /* gdn_step's 4-warp kernel (grids past 2 CTAs per SM, e.g. the 9b at
                              B = 16): each warp pulls its state-row tasks this many beyond the
                              one it holds into L2, the first ones before its PDL wait (0, the
