@@ -69,7 +69,8 @@ if [ -n "$src" ] && [ "$src" != "$root" ] && [ ! -e "$src" ]; then
   mkdir -p "$(dirname "$src")" && ln -s "$root" "$src"
 fi
 export XDG_CACHE_HOME=/tmp/memra-cache-ab
-field() { printf '%s' "$1" | sed -nE "s/.*\"$2\":([^,}]*).*/\1/p"; } # a JSON line's number
+# a JSON line's number: the first "KEY": (index: literal, leftmost), up to the next , or }
+field() { printf '%s' "$1" | awk -v k="\"$2\":" 'i = index($0, k) { s = substr($0, i + length(k)); sub(/[,}].*/, "", s); print s }'; }
 planner_variant() { [ "$1" != base ] && [ "$(cat "$abdir/$1/KIND" 2>/dev/null)" = plans ]; } # prepare's mark
 option_variant() { [ "$1" != base ] && [ "$(cat "$abdir/$1/KIND" 2>/dev/null)" = args ]; }
 deadline=$(($(date +%s) + ${BUDGET:-420}))
@@ -106,8 +107,9 @@ for round in $(seq 1 "${AB_ROUNDS:-2}"); do
       tier=$(field "$line" tier) depth=$(field "$line" depth)
       hash=$(printf '%s' "$line" | sed -nE 's/.*"logits_xxh64":"([0-9a-f]+)".*/\1/p')
       echo "$tier $depth ${hash:-none}" >>"$out/$v-$round.hash"
-      # base's case of the same tier and depth (one line per case: several depths per tier)
-      ref=$(awk -v t="$tier" -v d="$depth" '$1 == t && $2 == d { print $3 }' "$out/base-$round.hash" 2>/dev/null)
+      # base's case of the same tier and depth (one line per case: several depths per tier;
+      # the first, should AB_ARGS repeat a depth)
+      ref=$(awk -v t="$tier" -v d="$depth" '$1 == t && $2 == d { print $3; exit }' "$out/base-$round.hash" 2>/dev/null)
       if [ "$v" = base ]; then same=-
       elif [ -z "$hash" ] || [ -z "$ref" ] || [ "$ref" = none ]; then same=?
       elif [ "$hash" = "$ref" ]; then same==base

@@ -1473,7 +1473,9 @@ MEMRA_DEV void mmvq_staged(const memra_mmvq_params &p)
     /* One code body per distinct qtype: a weight whose qtype an earlier weight of the launch
      * has runs that weight's tile_run with its own out[wi] (the same instantiation, so the
      * same instructions and bits; a merged launch of four q4_K weights holds one q4_K body
-     * instead of four, which the instruction cache holds better). */
+     * instead of four, which the instruction cache holds better). The last branch tests
+     * qt == QT3 too: implied while the host passes no weight past its qtypes (runtime/nvrtc.c),
+     * it keeps a broken invariant from running a body of the wrong type (one compare). */
     constexpr bool N1 = QT1 >= 0 && QT1 != QT0;
     constexpr bool N2 = QT2 >= 0 && QT2 != QT0 && QT2 != QT1;
     constexpr bool N3 = QT3 >= 0 && QT3 != QT0 && QT3 != QT1 && QT3 != QT2;
@@ -1484,7 +1486,7 @@ MEMRA_DEV void mmvq_staged(const memra_mmvq_params &p)
         tile_run<(N1 ? QT1 : QT0), B, SLOT, STAGES>(p, p.out[wi], tile, part, wsm, lane, T);
     else if (N2 && wi >= 0 && qt == QT2)
         tile_run<(N2 ? QT2 : QT0), B, SLOT, STAGES>(p, p.out[wi], tile, part, wsm, lane, T);
-    else if (N3 && wi >= 0)
+    else if (N3 && wi >= 0 && qt == QT3)
         tile_run<(N3 ? QT3 : QT0), B, SLOT, STAGES>(p, p.out[wi], tile, part, wsm, lane, T);
     if (wi < 0)
         pdl_wait_release();

@@ -817,8 +817,10 @@ static int bind_plan(memra_cuda_backend *be, uint32_t t, uint32_t s, memra_err *
             if (ad->split_ctas != 0 && memra_attn_decode_cuda_split_ctas(ad, &x) != MEMRA_OK)
                 return MEMRA_FAIL(err, MEMRA_ERR_PLAN, "plan b%u s%u launch %u (attn_decode): %s",
                                   p->tier, p->stage, i, memra_cuda_ops_error());
-            if (ad->split_ctas == MEMRA_ATTN_SPLIT_CTAS_AUTO)
+            if (ad->split_ctas == MEMRA_ATTN_SPLIT_CTAS_AUTO) {
                 ad->split_ctas = x;
+                be->info.attn_split_auto[t] = 1;
+            }
             if ((uint32_t)x > be->info.attn_split_ctas[t]) /* the tier's (one value in the plans) */
                 be->info.attn_split_ctas[t] = (uint32_t)x;
         }

@@ -232,6 +232,11 @@ typedef struct memra_cuda_info {
     uint32_t attn_split_ctas[MEMRA_PLAN_MAX_TIERS]; /* attn_decode's split CTAs per (kv head, row)
                                                    at the tier (opts.attn_split_ctas resolved:
                                                    the largest of its launches'); 0: none */
+    uint8_t attn_split_auto[MEMRA_PLAN_MAX_TIERS];  /* 1: the tier's attn_decode launches took
+                                                     MEMRA_ATTN_SPLIT_CTAS_AUTO (opts.attn_split_ctas
+                                                     -1, or 0 with the tier's bit in
+                                                     opts.attn_auto_tiers), resolved at bind to
+                                                     attn_split_ctas; 0: the grid was given */
     uint32_t l2_side_forks[MEMRA_PLAN_MAX_TIERS];   /* side-branch L2 prefetch launches per tick
                                                      (opts.l2_side_mib), all stages; 0: none */
     uint64_t l2_side_bytes[MEMRA_PLAN_MAX_TIERS];   /* bytes those launches prefetch per tick */

@@ -185,8 +185,12 @@ typedef struct gpu_ctx {
 } gpu_ctx;
 
 /* The scheduling options (never the bytes) the engines gopen opens take: the backend's
- * defaults (memra_cuda_opts_init) while `on` is 0; sched_gate sets `on` and every option
- * around its engines (its reference with every option off: attention's plain kernel too). */
+ * defaults (memra_cuda_opts_init) while `on` is 0; sched_gate sets `on` and these options
+ * around its engines (its reference with each of them off: attention's plain kernel with one
+ * CTA per split at every tier, no gdn_step prefetch, no side branch). The options not here
+ * (pdl, fuse unless fuse_always, norm_release_tiers, gdn_split) keep their defaults in every
+ * engine, the reference included: it runs tier 1 only, outside the default norm-release tiers,
+ * and pdl and fuse are on in the engines it is compared with too. */
 static struct {
     int on;
     int attn_split_ctas, attn_prefetch, gdn_prefetch;
@@ -446,12 +450,12 @@ static void engines_gate(const model_fix *f, int n_seq, int max_len, int full)
  * branch forked and joined in every stage (graph and eager; end to end in the first graph
  * engine, spread over the warps in the second and the eager ones). Every row of every width,
  * graph and eager, one stage and two, must be memcmp-equal to the tier-1 run of its sequence
- * on an engine with every option off (the defaults turn attention's prefetch on; the other
- * gates run the defaults). */
+ * on an engine with each of g_sched's options off (the defaults turn attention's prefetch and
+ * its AUTO at tier 1 on; the other gates run the defaults). */
 static void sched_gate(const model_fix *f, int n_seq, int max_len)
 {
     memset(&g_sched, 0, sizeof g_sched);
-    g_sched.on = 1; /* the reference: every option off */
+    g_sched.on = 1; /* the reference: g_sched's options off (attn_split_ctas 0, no AUTO tier) */
     gpu_ctx ref, c, spread, eager, two;
     gopen(&ref, f, f->plans1, 1, MAX_LEN);
     gate gt;
@@ -459,14 +463,19 @@ static void sched_gate(const model_fix *f, int n_seq, int max_len)
     gate_run(&ref, &gt, 1, "default engine tier 1", 1);
     const memra_cuda_info *ri = memra_cuda_backend_info(ref.be);
     uint32_t ref_nodes[MEMRA_PLAN_MAX_TIERS];
-    for (uint32_t t = 0; t < ri->n_tiers; t++) { /* the default grid: one CTA per split */
+    for (uint32_t t = 0; t < ri->n_tiers; t++) { /* the given grid: one CTA per split */
         ck_assert_uint_eq(ri->attn_split_ctas[t], MEMRA_ATTN_MAX_SPLIT);
+        ck_assert_uint_eq(ri->attn_split_auto[t], 0); /* attn_split_ctas given: AUTO nowhere */
         ck_assert_uint_eq(ri->l2_side_forks[t], 0); /* off by default */
         ref_nodes[t] = ri->graph_nodes[t];
     }
     gclose(&ref);
     g_sched.attn_split_ctas = MEMRA_ATTN_SPLIT_CTAS_AUTO;
-    g_sched.attn_prefetch = 2;
+    /* the default's depth: AUTO's grid depends on the kernel's occupancy, so c's grids are the
+     * expected ones of the default engine's AUTO tiers below only at the same prefetch */
+    _Static_assert(MEMRA_CUDA_ATTN_PREFETCH > 0, "sched_gate's option engines must run the "
+                                                 "prefetching kernel: give them their own depth");
+    g_sched.attn_prefetch = MEMRA_CUDA_ATTN_PREFETCH;
     g_sched.gdn_prefetch = 2;
     const uint32_t side_mib = 4; /* the side-branch budget per fork */
     g_sched.l2_side_mib = side_mib;
@@ -482,6 +491,7 @@ static void sched_gate(const model_fix *f, int n_seq, int max_len)
     const memra_cuda_info *ei = memra_cuda_backend_info(eager.be);
     for (uint32_t t = 0; t < ci->n_tiers; t++) { /* AUTO resolved at bind, per tier */
         ck_assert(ci->attn_split_ctas[t] >= 1 && ci->attn_split_ctas[t] <= MEMRA_ATTN_MAX_SPLIT);
+        ck_assert_uint_eq(ci->attn_split_auto[t], 1); /* attn_split_ctas AUTO: every tier */
         /* the side branch is in the graph: one prefetch node per fork, nothing else (less
          * the launches the fold skips), in either form; every fork prefetches something */
         for (const memra_cuda_info *in = ci; in; in = in == ci ? si : NULL) {
@@ -502,16 +512,24 @@ static void sched_gate(const model_fix *f, int n_seq, int max_len)
                 (unsigned long long)si->l2_side_bytes[t]);
     }
     fprintf(stderr, "\n");
-    /* the defaults (memra_cuda_opts_init, g_sched off): AUTO's grid at the tiers of
-     * MEMRA_CUDA_ATTN_AUTO_TIERS, one CTA per split at the others */
+    /* the defaults (memra_cuda_opts_init, g_sched off): AUTO at the tiers of
+     * MEMRA_CUDA_ATTN_AUTO_TIERS (tier 1), with c's grid there, and one CTA per split at the
+     * others. The grid alone cannot tell them apart where AUTO resolves to max_split (tiny at
+     * B = 1 and 2: 128), so attn_split_auto says which the launch took; and at least one tier
+     * of the fixture must take AUTO, or the check would see nothing. */
     gpu_ctx def;
     gopen(&def, f, f->plans1, 1, MAX_LEN);
     const memra_cuda_info *di = memra_cuda_backend_info(def.be);
     ck_assert_uint_eq(di->n_tiers, ci->n_tiers);
-    for (uint32_t t = 0; t < di->n_tiers; t++)
-        ck_assert_uint_eq(di->attn_split_ctas[t], (MEMRA_CUDA_ATTN_AUTO_TIERS >> di->tiers[t]) & 1
-                                                      ? ci->attn_split_ctas[t]
-                                                      : MEMRA_ATTN_MAX_SPLIT);
+    uint32_t n_auto = 0;
+    for (uint32_t t = 0; t < di->n_tiers; t++) {
+        const uint32_t want = (MEMRA_CUDA_ATTN_AUTO_TIERS >> di->tiers[t]) & 1;
+        ck_assert_uint_eq(di->attn_split_auto[t], want);
+        ck_assert_uint_eq(di->attn_split_ctas[t],
+                          want ? ci->attn_split_ctas[t] : MEMRA_ATTN_MAX_SPLIT);
+        n_auto += want;
+    }
+    ck_assert_msg(n_auto > 0, "MEMRA_CUDA_ATTN_AUTO_TIERS takes no tier of the fixture");
     gclose(&def);
     gate_run(&c, &gt, 1, "options: graph tier 1 vs default", 0);
     gate_run(&c, &gt, 16, "options: graph width 16 vs default", 0);
@@ -523,9 +541,9 @@ static void sched_gate(const model_fix *f, int n_seq, int max_len)
     gclose(&eager);
     gclose(&two);
     fprintf(stderr,
-            "scheduling options (attn AUTO + prefetch 2, gdn prefetch 2, L2 side 4 MiB end to "
-            "end and spread): %d sequences bit-identical to the default engine\n",
-            n_seq);
+            "scheduling options (attn AUTO + prefetch %d, gdn prefetch 2, L2 side 4 MiB end to "
+            "end and spread): %d sequences bit-identical to the reference engine\n",
+            MEMRA_CUDA_ATTN_PREFETCH, n_seq);
     gate_free(&gt);
 }
 

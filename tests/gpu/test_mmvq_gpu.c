@@ -14,10 +14,10 @@
  *       order; the factor 1.001 below covers the second-order term for n < 2^14);
  *   (c) row b of the B-wide call is memcmp-equal to the B = 1 call on row b alone;
  *   (d) a second launch gives the same bytes.
- * Merged launches (three weights of different qtypes, store and add-into, output scale) get
- * the same checks. A bandwidth measurement (printed, not asserted) times mmvq on the real
- * decode shapes of a 9B model (n_embd 4096) at B = 1, 2, 4, 8, 16: each shape launched back
- * to back in a captured CUDA graph with PDL, as in a tick, weights rotated through 2 GiB so
+ * Merged launches (three or four weights, of different or repeated qtypes, store and add-into,
+ * output scale) get the same checks. A bandwidth measurement (printed, not asserted) times mmvq on
+ * the real decode shapes of a 9B model (n_embd 4096) at B = 1, 2, 4, 8, 16: each shape launched
+ * back to back in a captured CUDA graph with PDL, as in a tick, weights rotated through 2 GiB so
  * every launch reads HBM, against a device-to-device copy measured in the same run.
  *
  * Lines starting with "TABLE|" are the summary scripts/device-run.sh prints last.
@@ -141,17 +141,25 @@ static const int k_types[] = {MEMRA_QT_Q4_0,  MEMRA_QT_Q8_0,  MEMRA_QT_Q4_K,  ME
 #define N_TYPES ((int)(sizeof k_types / sizeof k_types[0]))
 
 /* Compiles every specialization these tests launch, 16 at a time (NVRTC is thread-safe and
- * the GPU machine has the cores), so the tests time kernels, not compilers. */
+ * the GPU machine has the cores), so the tests time kernels, not compilers. The keys: each
+ * qtype at B = 1..16, three of the 3-weight merged launch, the 4-weight merged launches of
+ * test_mmvq_merged (q4_K+q6_K+q8_0 and a fourth q6_K or iq4_xs, at its B = 1 isolation
+ * reference and mg_bs4's 3, 9, 12, 16), quantize_q8_1. */
+#define N_PREWARM (N_TYPES * 16 + 3 + 10 + 1)
 static void *prewarm_worker(void *arg)
 {
     atomic_int *next = arg;
-    for (int i; (i = atomic_fetch_add(next, 1)) < N_TYPES * 16 + 4;) {
+    for (int i; (i = atomic_fetch_add(next, 1)) < N_PREWARM;) {
         char key[MEMRA_KERNEL_KEY_MAX];
+        const int j = i - N_TYPES * 16 - 3; /* the 4-weight keys: 0..9 */
         if (i < N_TYPES * 16)
             snprintf(key, sizeof key, "mmvq:qt=%s:b=%d", memra_qtype_get(k_types[i / 16])->name,
                      i % 16 + 1);
         else if (i < N_TYPES * 16 + 3)
             snprintf(key, sizeof key, "mmvq:qt=q4_K+q6_K+q8_0:b=%d", (int[]){1, 5, 16}[i % 3]);
+        else if (j < 10)
+            snprintf(key, sizeof key, "mmvq:qt=q4_K+q6_K+q8_0+%s:b=%d", j < 5 ? "q6_K" : "iq4_xs",
+                     (int[]){1, 3, 9, 12, 16}[j % 5]);
         else
             snprintf(key, sizeof key, "quantize_q8_1");
         memra_cubin c;
@@ -178,7 +186,7 @@ START_TEST(test_prewarm)
     pthread_attr_destroy(&at);
     memra_nvrtc_stats s;
     memra_nvrtc_stats_get(&s);
-    printf("TABLE|prewarm: %d keys, %ld compiled, %ld from cache %s, %.1f s\n", N_TYPES * 16 + 4,
+    printf("TABLE|prewarm: %d keys, %ld compiled, %ld from cache %s, %.1f s\n", N_PREWARM,
            s.compiles, s.cache_hits, memra_nvrtc_cache_dir(), now_s() - t0);
 }
 END_TEST
@@ -568,34 +576,39 @@ END_TEST
 
 /* ------------------------------------ merged launches ------------------------------------- */
 
-/* Three weights of different qtypes on one input: store, add-into with scale 0.5, store with
- * scale -1.25. Expected (CPU): v = ref (× scale), y = v or y_init + v. With the canonical
- * ksplit (memra_mmvq_parts(K)) the GPU
+/* Three or four weights on one input: store, add-into with scale 0.5, store with scale -1.25
+ * (and add-into with scale -0.75). Expected (CPU): v = ref (× scale), y = v or y_init + v.
+ * With the canonical ksplit (memra_mmvq_parts(K)) the GPU
  * must match byte for byte; otherwise v is within the summation bound times |scale| (an exact
- * power-of-two scale keeps it exact, -1.25 adds one rounding: + 2^-24 |v|), and the add into
- * y_init one more rounding each side (+ 2^-23 |y|). */
-static const int mg_n[3] = {300, 77, 129}, mg_modes[3] = {0, 1, 0};
-static const float mg_scales[3] = {1.0f, 0.5f, -1.25f};
+ * power-of-two scale keeps it exact, -1.25 and -0.75 add one rounding: + 2^-24 |v|), and the
+ * add into y_init one more rounding each side (+ 2^-23 |y|). Weight 3 has 45 outputs: its
+ * last tile is partial. */
+static const int mg_n[MEMRA_MMVQ_MAX_W] = {300, 77, 129, 45};
+static const int mg_modes[MEMRA_MMVQ_MAX_W] = {0, 1, 0, 1};
+static const float mg_scales[MEMRA_MMVQ_MAX_W] = {1.0f, 0.5f, -1.25f, -0.75f};
 
 typedef struct merged {
     memra_block_q8_1 *a; /* [16, K/32] */
-    CUdeviceptr da, dw[3], dy[3], dsc[3];
-    uint8_t *w[3];
-    float *ref[3], *sabs[3], *yinit[3], *y[3], *y1[3]; /* [16, n_i] */
+    CUdeviceptr da, dw[MEMRA_MMVQ_MAX_W], dy[MEMRA_MMVQ_MAX_W], dsc[MEMRA_MMVQ_MAX_W];
+    uint8_t *w[MEMRA_MMVQ_MAX_W];
+    float *ref[MEMRA_MMVQ_MAX_W], *sabs[MEMRA_MMVQ_MAX_W];                       /* [16, n_i] */
+    float *yinit[MEMRA_MMVQ_MAX_W], *y[MEMRA_MMVQ_MAX_W], *y1[MEMRA_MMVQ_MAX_W]; /* [16, n_i] */
     memra_mmvq_args args;
-    int qt[3], K;
+    int qt[MEMRA_MMVQ_MAX_W], n_w, K;
 } merged;
 
-static void merged_open(merged *m, tu_rng *rng, const int qt[3], int K)
+static void merged_open(merged *m, tu_rng *rng, const int *qt, int n_w, int K)
 {
+    ck_assert(n_w >= 1 && n_w <= MEMRA_MMVQ_MAX_W);
     m->K = K;
-    memcpy(m->qt, qt, sizeof m->qt);
+    m->n_w = n_w;
+    memcpy(m->qt, qt, sizeof *qt * n_w);
     const size_t ab = (size_t)16 * (m->K / 32) * sizeof *m->a;
     m->a = q8_acts16(m->K, rng);
     m->da = dalloc(ab);
     CU_OK(cuMemcpyHtoD(m->da, m->a, ab));
-    m->args = (memra_mmvq_args){.a = dptr(m->da), .n_in = m->K, .n_w = 3};
-    for (int i = 0; i < 3; i++) {
+    m->args = (memra_mmvq_args){.a = dptr(m->da), .n_in = m->K, .n_w = n_w};
+    for (int i = 0; i < n_w; i++) {
         const size_t rb = memra_quant_row_bytes((memra_qtype)m->qt[i], m->K);
         const size_t db = memra_quant_dot_block_bytes((memra_qtype)m->qt[i]), n = 16 * mg_n[i];
         m->w[i] = malloc(rb * mg_n[i]);
@@ -620,7 +633,7 @@ static void merged_open(merged *m, tu_rng *rng, const int qt[3], int K)
 
 static void merged_close(merged *m)
 {
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < m->n_w; i++) {
         CU_OK(cuMemFree(m->dw[i]));
         CU_OK(cuMemFree(m->dy[i]));
         CU_OK(cuMemFree(m->dsc[i]));
@@ -638,10 +651,10 @@ static long merged_values(merged *m, int B, int ks, long *pairs)
     long bad = 0;
     int used;
     m->args.b = B;
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < m->n_w; i++)
         CU_OK(cuMemcpyHtoD(m->dy[i], m->yinit[i], (size_t)16 * mg_n[i] * 4));
     mmvq_run(&m->args, ks, &used);
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < m->n_w; i++) {
         const int nblk = m->K / memra_quant_dot_block_elems((memra_qtype)m->qt[i]);
         CU_OK(cuMemcpyDtoH(m->y[i], m->dy[i], (size_t)B * mg_n[i] * 4));
         for (int k = 0; k < B * mg_n[i]; k++, (*pairs)++) {
@@ -667,39 +680,45 @@ static long merged_isolation(merged *m)
 {
     long bad = 0;
     m->args.b = 16;
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < m->n_w; i++)
         CU_OK(cuMemcpyHtoD(m->dy[i], m->yinit[i], (size_t)16 * mg_n[i] * 4));
     mmvq_run(&m->args, 0, NULL);
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < m->n_w; i++)
         CU_OK(cuMemcpyDtoH(m->y[i], m->dy[i], (size_t)16 * mg_n[i] * 4));
     const size_t rowa = (size_t)(m->K / 32) * sizeof(memra_block_q8_1);
     for (int b = 0; b < 16; b++) {
         memra_mmvq_args one = m->args;
         one.b = 1;
         one.a = dptr(m->da + b * rowa);
-        for (int i = 0; i < 3; i++) {
+        for (int i = 0; i < m->n_w; i++) {
             const size_t off = (size_t)b * mg_n[i];
             one.out[i].y = dptr(m->dy[i] + off * 4);
             CU_OK(cuMemcpyHtoD(m->dy[i] + off * 4, m->yinit[i] + off, (size_t)mg_n[i] * 4));
         }
         mmvq_run(&one, 0, NULL);
     }
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < m->n_w; i++) {
         CU_OK(cuMemcpyDtoH(m->y1[i], m->dy[i], (size_t)16 * mg_n[i] * 4));
         bad += memcmp(m->y[i], m->y1[i], (size_t)16 * mg_n[i] * 4) != 0;
     }
     return bad;
 }
 
-static void merged_case(const char *name, const int qt[3], int K)
+/* The widths of the 3-weight cases: 1..2 the direct path when all weights are direct. */
+static const int mg_bs3[] = {1, 2, 3, 4, 5, 16};
+/* The widths of the 4-weight cases (every one staged: q8_0 has no direct path): 3 reads the
+ * q8_1 rows from (a, rs) at every load; 9 and 12 through q8_ptrs (B >= MMVQ_Q8_PTRS_MIN_B,
+ * nvrtc_templates/mmvq.cuh) with a partial second column tile; 16 two whole ones. */
+static const int mg_bs4[] = {3, 9, 12, 16};
+
+static void merged_case(const char *name, const int *qt, int n_w, int K, const int *Bs, int n_bs)
 {
     tu_rng rng;
     tu_rng_seed(&rng, 4242);
     merged m;
-    merged_open(&m, &rng, qt, K);
+    merged_open(&m, &rng, qt, n_w, K);
     long bad = 0, pairs = 0;
-    static const int Bs[6] = {1, 2, 3, 4, 5, 16}; /* 1..2: the direct path when all direct */
-    for (int bi = 0; bi < 6; bi++)
+    for (int bi = 0; bi < n_bs; bi++)
         for (int ks = 0; ks <= 1; ks++) /* canonical (exact), then forced 1 */
             bad += merged_values(&m, Bs[bi], ks, &pairs);
     const long iso_bad = merged_isolation(&m);
@@ -714,18 +733,27 @@ START_TEST(test_mmvq_merged)
 {
     GPU_OR_SKIP();
     BENCH_ONLY_SKIP();
+    const int n3 = (int)(sizeof mg_bs3 / sizeof mg_bs3[0]);
+    const int n4 = (int)(sizeof mg_bs4 / sizeof mg_bs4[0]);
     static const int mixed[3] = {MEMRA_QT_Q4_K, MEMRA_QT_Q6_K, MEMRA_QT_Q8_0};
-    merged_case("q4_K+q6_K(add,x0.5)+q8_0(x-1.25)", mixed, 4096);
+    merged_case("q4_K+q6_K(add,x0.5)+q8_0(x-1.25)", mixed, 3, 4096, mg_bs3, n3);
     /* every weight q4_K: B = 1 takes the direct path; K = 2048 gives P = 4, so a CUDA block
      * holds two tiles, and with 300 outputs (19 tiles) block 9 straddles weights 0 and 1 */
     static const int direct[3] = {MEMRA_QT_Q4_K, MEMRA_QT_Q4_K, MEMRA_QT_Q4_K};
-    merged_case("q4_K+q4_K(add,x0.5)+q4_K(x-1.25)", direct, 4096);
-    merged_case("q4_K+q4_K(add,x0.5)+q4_K(x-1.25)", direct, 2048);
+    merged_case("q4_K+q4_K(add,x0.5)+q4_K(x-1.25)", direct, 3, 4096, mg_bs3, n3);
+    merged_case("q4_K+q4_K(add,x0.5)+q4_K(x-1.25)", direct, 3, 2048, mg_bs3, n3);
     /* 11 blocks in P = 4 parts: 3, 3, 3, 2 steps */
-    merged_case("q4_K+q4_K(add,x0.5)+q4_K(x-1.25)", direct, 2816);
+    merged_case("q4_K+q4_K(add,x0.5)+q4_K(x-1.25)", direct, 3, 2816, mg_bs3, n3);
     /* q4_K and q6_K mixed on the direct path; q6_K rows of 2310 bytes start 2-byte aligned */
     static const int direct6[3] = {MEMRA_QT_Q6_K, MEMRA_QT_Q4_K, MEMRA_QT_Q6_K};
-    merged_case("q6_K+q4_K(add,x0.5)+q6_K(x-1.25)", direct6, 2816);
+    merged_case("q6_K+q4_K(add,x0.5)+q6_K(x-1.25)", direct6, 3, 2816, mg_bs3, n3);
+    /* four weights on the staged path's shared bodies (mmvq_staged): weight 3's q6_K repeats
+     * weight 1's, so its tiles run the QT1 body with out[3]; then a fourth distinct qtype, the
+     * N3 body */
+    static const int rep4[4] = {MEMRA_QT_Q4_K, MEMRA_QT_Q6_K, MEMRA_QT_Q8_0, MEMRA_QT_Q6_K};
+    merged_case("q4_K+q6_K(add,x0.5)+q8_0(x-1.25)+q6_K(add,x-0.75)", rep4, 4, 4096, mg_bs4, n4);
+    static const int dist4[4] = {MEMRA_QT_Q4_K, MEMRA_QT_Q6_K, MEMRA_QT_Q8_0, MEMRA_QT_IQ4_XS};
+    merged_case("q4_K+q6_K(add,x0.5)+q8_0(x-1.25)+iq4_xs(add,x-0.75)", dist4, 4, 4096, mg_bs4, n4);
 }
 END_TEST
 
