@@ -71,7 +71,9 @@
 
 /* memra_cuda_opts.attn_prefetch's default: 2 (9b Q4_K_M, depth 1024, H100, 2 rounds each:
  * B=1 2.665 -> 2.635 ms, B=2 3.713 -> 3.679, B=8 and 16 within the rounds' spread;
- * bench/results/mmvq-notes.md, session 20). */
+ * bench/results/mmvq-notes.md, session 20). At depth 32768 it loses at B=1 and 2 (3.192 with
+ * AUTO against the plain kernel's 3.135 ms; B=2 4.660 / 4.554) and wins at B=16: its 168
+ * registers cost a CTA per SM (attn_prefetch_lean below is the attempt to take both). */
 #define MEMRA_CUDA_ATTN_PREFETCH 2
 
 /* memra_cuda_opts.attn_prefetch_lean's default: 0 (not measured yet). */
