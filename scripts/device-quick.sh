@@ -8,6 +8,9 @@
 # No backend gates (scripts/device-gates.sh / device-all.sh run those). BENCH=0 skips the
 # bench (and the forge), OPS=0 the op tests, NCU=1 adds bench/device-ncu.sh (Nsight Compute on
 # the mmvq shapes). MEMRA_GPU_TYPES=q4_K limits memra-gpu-tests' exactness sweep to one type.
+# OPS_CASE=attn_decode runs that case of the op tests alone (CK_RUN_CASE). AB="base v1 v2" runs
+# bench/device-ab.sh on those variants (prepared here, .carry/ab carried) after the op tests
+# and before the bench, with AB_ARGS and AB_BUDGET (default 240 s): one call, one machine start.
 #
 #   scripts/device-all.sh carry   HERE (both carry folders)
 #   scripts/device-quick.sh       THERE, with .carry/cudabackend and .carry/bench carried
@@ -24,6 +27,7 @@ if [ "${BENCH:-1}" != 0 ]; then forge_9b_bg 240; else forge=; fi
 (
   export LD_LIBRARY_PATH=$root/.carry/cudabackend/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   if [ "${OPS:-1}" != 0 ]; then
+    [ -n "${OPS_CASE:-}" ] && export CK_RUN_CASE=$OPS_CASE
     CK_FORK=no timeout "${OPS_LIMIT:-180}" "$root/.carry/cudabackend/bin/memra-gpu-ops-tests" >"$out/ops.log" 2>&1
     echo "memra-gpu-ops-tests rc=$?" >>"$out/ops.log"
   fi
@@ -33,6 +37,11 @@ if [ "${BENCH:-1}" != 0 ]; then forge_9b_bg 240; else forge=; fi
   fi
 )
 [ -n "$forge" ] && wait "$forge"
+if [ -n "${AB:-}" ]; then # the variants' A/B on the forged 9b (device-ab.sh forges when it is missing)
+  mkdir -p "$out/ab"
+  # shellcheck disable=SC2086 # a list of variants
+  OUT=$out/ab BUDGET=${AB_BUDGET:-240} bench/device-ab.sh $AB >"$out/ab/run.txt" 2>&1
+fi
 if [ "${BENCH:-1}" != 0 ]; then
   OUT=$out/bench BUDGET=${BENCH_BUDGET:-150} bench/device-bench.sh >"$out/bench/summary.txt" 2>&1
   rm -f "$out/bench/kcache.tgz"
@@ -44,6 +53,7 @@ if [ -n "${SASS_KEYS:-}" ]; then
   # shellcheck disable=SC2086 # a list of keys
   OUT=$out bench/device-sass.sh $SASS_KEYS
 fi
+[ -f "$out/ab/ab.txt" ] && cat "$out/ab/ab.txt"
 [ -f "$out/bench/summary.txt" ] && tail -n 30 "$out/bench/summary.txt"
 [ -f "$out/ncu-digest.txt" ] && tail -n 40 "$out/ncu-digest.txt" | cut -c1-200
 [ -f "$out/mmvq.log" ] && grep -E "^TABLE\||Checks|:F:|:E:|rc=|killed" "$out/mmvq.log" | cut -c1-160
