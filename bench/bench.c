@@ -52,7 +52,6 @@ void memra_bench_opts_init(memra_bench_opts *o)
     o->attn_split_ctas = MEMRA_BENCH_UNSET;
     o->attn_prefetch = MEMRA_BENCH_UNSET;
     o->attn_auto = -1;
-    o->attn_prefetch_lean = MEMRA_BENCH_UNSET;
     o->gdn_prefetch = MEMRA_BENCH_UNSET;
     o->gdn_split = MEMRA_BENCH_UNSET;
     o->l2_side = MEMRA_BENCH_UNSET;
@@ -565,7 +564,6 @@ static int eng_open(bench_ctx *c, bench_eng *e, const char *plan_dir, int graphs
                               .attn_split_ctas = c->o->attn_split_ctas,
                               .attn_auto = c->o->attn_auto,
                               .attn_prefetch = c->o->attn_prefetch,
-                              .attn_prefetch_lean = c->o->attn_prefetch_lean,
                               .gdn_prefetch = c->o->gdn_prefetch,
                               .gdn_split = c->o->gdn_split,
                               .l2_side = c->o->l2_side,

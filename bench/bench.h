@@ -83,8 +83,6 @@ typedef struct memra_bench_opts {
     int attn_auto;               /* -1 (default): the backend's default (or 0 with
                                     attn_split_ctas); else memra_cuda_opts.attn_auto_tiers, a
                                     bit mask of tiers (bit b: tier b) */
-    int attn_prefetch_lean;      /* MEMRA_BENCH_UNSET (default): the backend's default; else
-                                    memra_cuda_opts.attn_prefetch_lean (0 or 1) */
     int isolation;               /* 1 (default): check rows of every B > 1 tick against tier 1 */
     int synthetic;               /* 1 (default): start each case from a synthetic history at its
                                     depth; 0: reach the depth with real decode ticks (slow at depth;
@@ -164,7 +162,7 @@ typedef struct memra_bench_target {
  * a result means when an option was not given. */
 typedef struct memra_bench_sched {
     int known; /* 1: the CUDA backend ran (the fields below are set) */
-    int fuse, attn_split_ctas, attn_prefetch, attn_prefetch_lean, gdn_prefetch, gdn_split;
+    int fuse, attn_split_ctas, attn_prefetch, gdn_prefetch, gdn_split;
     uint32_t norm_release_tiers, attn_auto_tiers, l2_side_mib;
     int l2_side_spread;
 } memra_bench_sched;

@@ -72,8 +72,6 @@ int bench_be_open(bench_be *b, memra_bench_backend kind, const char *plan_dir, c
         uo.attn_auto_tiers = (uint32_t)o->attn_auto;
     if (o->attn_prefetch != MEMRA_BENCH_UNSET)
         uo.attn_prefetch = o->attn_prefetch;
-    if (o->attn_prefetch_lean != MEMRA_BENCH_UNSET)
-        uo.attn_prefetch_lean = o->attn_prefetch_lean;
     if (o->gdn_prefetch != MEMRA_BENCH_UNSET)
         uo.gdn_prefetch = o->gdn_prefetch;
     if (o->gdn_split != MEMRA_BENCH_UNSET)
@@ -86,7 +84,6 @@ int bench_be_open(bench_be *b, memra_bench_backend kind, const char *plan_dir, c
                                    .fuse = uo.fuse,
                                    .attn_split_ctas = uo.attn_split_ctas,
                                    .attn_prefetch = uo.attn_prefetch,
-                                   .attn_prefetch_lean = uo.attn_prefetch_lean,
                                    .gdn_prefetch = uo.gdn_prefetch,
                                    .gdn_split = uo.gdn_split,
                                    .norm_release_tiers = uo.norm_release_tiers,

@@ -10,7 +10,7 @@
  *               [--prefill synthetic|decode] [--no-isolation] [--copy-mib N]
  *               [--copy-reps N] [--norm-release TIERS|none]
  *               [--attn-split-ctas N|max|auto] [--attn-auto TIERS|none]
- *               [--attn-prefetch N] [--attn-prefetch-lean 0|1] [--gdn-prefetch N]
+ *               [--attn-prefetch N] [--gdn-prefetch N]
  *               [--gdn-split auto|1|2|4] [--l2-side MIB] [--l2-side-spread] [-q]
  *
  * Prints the configuration header, the human table, the JSON lines (also to --json FILE)
@@ -40,7 +40,7 @@ static void usage(FILE *f)
                "                   [--prefill synthetic|decode] [--no-isolation]\n"
                "                   [--copy-mib N] [--copy-reps N] [--norm-release TIERS|none]\n"
                "                   [--attn-split-ctas N|max|auto] [--attn-auto TIERS|none]\n"
-               "                   [--attn-prefetch N] [--attn-prefetch-lean 0|1]\n"
+               "                   [--attn-prefetch N]\n"
                "                   [--gdn-prefetch N] [--gdn-split auto|1|2|4]\n"
                "                   [--l2-side MIB] [--l2-side-spread] [-q]\n");
 }
@@ -137,8 +137,6 @@ static int parse_opt(const char *a, const char *v, memra_bench_opts *o)
         ;
     else if (!strcmp(a, "--attn-prefetch") && !parse_u32(v, MEMRA_ATTN_MAX_PREFETCH, &u))
         o->attn_prefetch = (int)u;
-    else if (!strcmp(a, "--attn-prefetch-lean") && !parse_u32(v, 1, &u))
-        o->attn_prefetch_lean = (int)u;
     else if (!strcmp(a, "--gdn-prefetch") && !parse_u32(v, MEMRA_GDN_MAX_PREFETCH, &u))
         o->gdn_prefetch = (int)u;
     else if (!strcmp(a, "--gdn-split") && !strcmp(v, "auto"))

@@ -89,8 +89,6 @@ void memra_bench_print_header(const memra_bench_report *r, FILE *f)
     append_tier_mask(sched, sizeof sched, "--attn-auto", o->attn_auto);
     if (o->attn_prefetch != MEMRA_BENCH_UNSET)
         append(sched, sizeof sched, " --attn-prefetch %d", o->attn_prefetch);
-    if (o->attn_prefetch_lean != MEMRA_BENCH_UNSET)
-        append(sched, sizeof sched, " --attn-prefetch-lean %d", o->attn_prefetch_lean);
     if (o->gdn_prefetch != MEMRA_BENCH_UNSET)
         append(sched, sizeof sched, " --gdn-prefetch %d", o->gdn_prefetch);
     if (o->gdn_split == 0)
@@ -146,12 +144,12 @@ void memra_bench_print_header(const memra_bench_report *r, FILE *f)
         if (n)
             list_str(at, n, atl, sizeof atl);
         fprintf(f,
-                "  schedule  attention split CTAs %s (AUTO at tiers %s), prefetch %d (lean %d); "
+                "  schedule  attention split CTAs %s (AUTO at tiers %s), prefetch %d; "
                 "norm release at tiers %s; gdn prefetch %d, split %d; L2 side %u MiB%s; fuse "
                 "%d\n",
                 attn_split_ctas_str(s->attn_split_ctas), s->attn_split_ctas ? "none" : atl,
-                s->attn_prefetch, s->attn_prefetch_lean, nrl, s->gdn_prefetch, s->gdn_split,
-                s->l2_side_mib, s->l2_side_spread ? " spread" : "", s->fuse);
+                s->attn_prefetch, nrl, s->gdn_prefetch, s->gdn_split, s->l2_side_mib,
+                s->l2_side_spread ? " spread" : "", s->fuse);
     }
     fprintf(f, "  host time %s\n", r->host_method);
     fprintf(f, "  contexts  %s\n", r->fill_method);
@@ -286,8 +284,6 @@ static json_t *config_json(const memra_bench_report *r)
     }
     if (o->attn_prefetch != MEMRA_BENCH_UNSET) /* absent: the backend default (2) */
         json_object_set_new(j, "attn_prefetch", json_integer(o->attn_prefetch));
-    if (o->attn_prefetch_lean != MEMRA_BENCH_UNSET) /* absent: the backend default */
-        json_object_set_new(j, "attn_prefetch_lean", json_integer(o->attn_prefetch_lean));
     if (o->gdn_prefetch != MEMRA_BENCH_UNSET) /* absent: the backend default (0) */
         json_object_set_new(j, "gdn_prefetch", json_integer(o->gdn_prefetch));
     if (o->gdn_split != MEMRA_BENCH_UNSET) /* 0: the launcher's choice; absent: the default */
@@ -306,7 +302,6 @@ static json_t *config_json(const memra_bench_report *r)
         json_object_set_new(c, "attn_auto_tiers",
                             u32_array(at, tier_mask_list((int)s->attn_auto_tiers, at)));
         json_object_set_new(c, "attn_prefetch", json_integer(s->attn_prefetch));
-        json_object_set_new(c, "attn_prefetch_lean", json_integer(s->attn_prefetch_lean));
         json_object_set_new(c, "norm_release_tiers",
                             u32_array(nr, tier_mask_list((int)s->norm_release_tiers, nr)));
         json_object_set_new(c, "gdn_prefetch", json_integer(s->gdn_prefetch));

@@ -165,32 +165,10 @@ template <int DH, int HG> struct split_cfg {
     static constexpr int RX = (NX + LPK - 1) / LPK; /* of them per lane */
 };
 
-/* This lane's pieces of the batch of keys starting at base (below t1) into L2: what
- * load_batch reads there (no registers held, no bit changed). */
-template <int DH, int HG, int KV, bool A8>
-__device__ __forceinline__ void prefetch_batch(const u8 *kb, const u8 *vb, u64 tstride, int base,
-                                               int t1)
-{
-    using C = split_cfg<DH, HG>;
-    const int lane = threadIdx.x & 31, sub = lane / C::LPK, sl = lane % C::LPK;
-#pragma unroll
-    for (int u = 0; u < C::U; u++) {
-        const int t = base + u * C::KPW + sub;
-        if (t < t1)
-#pragma unroll
-            for (int v = 0; v < C::VPL; v++) {
-                const int off = kv8<KV, A8>::offset(8 * (sl + C::LPK * v));
-                prefetch_l2(kb + (u64)t * tstride + off);
-                prefetch_l2(vb + (u64)t * tstride + off);
-            }
-    }
-}
-
 /* Loads (masked: keys >= t1 are zero and not read) the batch of keys starting at base. PF,
  * ahead > 0: also pulls the same pieces of the keys `ahead` further (below t1) into L2
- * (prefetch_batches: no registers held, no bit changed); LEAN: those prefetches all issue
- * before the loads, from addresses of their own, so none is live across them. */
-template <int DH, int HG, int KV, bool A8, bool PF, bool LEAN = false>
+ * (prefetch_batches: no registers held, no bit changed). */
+template <int DH, int HG, int KV, bool A8, bool PF>
 __device__ __forceinline__ void
 load_batch(const u8 *kb, const u8 *vb, u64 tstride, int base, int t1, int ahead,
            kv8<KV, A8> (&kr)[split_cfg<DH, HG>::U][split_cfg<DH, HG>::VPL],
@@ -199,14 +177,12 @@ load_batch(const u8 *kb, const u8 *vb, u64 tstride, int base, int t1, int ahead,
 {
     using C = split_cfg<DH, HG>;
     const int lane = threadIdx.x & 31, sub = lane / C::LPK, sl = lane % C::LPK;
-    if (LEAN && ahead > 0)
-        prefetch_batch<DH, HG, KV, A8>(kb, vb, tstride, base + ahead, t1);
-    const u64 skip = PF && !LEAN ? (u64)ahead * tstride : 0;
+    const u64 skip = PF ? (u64)ahead * tstride : 0;
 #pragma unroll
     for (int u = 0; u < C::U; u++) {
         const int t = base + u * C::KPW + sub;
         ok[u] = t < t1;
-        const bool pf = PF && !LEAN && ahead > 0 && t + ahead < t1;
+        const bool pf = PF && ahead > 0 && t + ahead < t1;
 #pragma unroll
         for (int v = 0; v < C::VPL; v++) {
             if (ok[u]) {
@@ -343,15 +319,27 @@ __device__ __forceinline__ void prefetch_head(const u8 *kb, const u8 *vb, u64 ts
                                               int t1, int pf)
 {
     using C = split_cfg<DH, HG>;
-    const int warp = threadIdx.x >> 5, step = kWarps * C::KPW * C::U;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, sub = lane / C::LPK,
+              sl = lane % C::LPK;
+    const int step = kWarps * C::KPW * C::U;
     for (int d = 0, base = t0 + warp * C::KPW * C::U; d < pf && base < t1; d++, base += step)
-        prefetch_batch<DH, HG, KV, A8>(kb, vb, tstride, base, t1);
+#pragma unroll
+        for (int u = 0; u < C::U; u++) {
+            const int t = base + u * C::KPW + sub;
+            if (t < t1)
+#pragma unroll
+                for (int v = 0; v < C::VPL; v++) {
+                    const int off = kv8<KV, A8>::offset(8 * (sl + C::LPK * v));
+                    prefetch_l2(kb + (u64)t * tstride + off);
+                    prefetch_l2(vb + (u64)t * tstride + off);
+                }
+        }
 }
 
 /* One warp's pass over its key batches of [t0, t1) (batches warp, warp + 4, ...), for the
  * heads whose q this lane holds; PF with pf > 0: each batch's loads also pull the batch pf
  * steps ahead into L2 (prefetch_head has pulled the first pf). */
-template <int DH, int HG, int KV, bool A8, bool PF, bool LEAN>
+template <int DH, int HG, int KV, bool A8, bool PF>
 __device__ __forceinline__ void
 split_scan(const memra_attn_decode_args &a, const u8 *kb, const u8 *vb, u64 tstride, int t0, int t1,
            int pf, const float (&q)[HG][split_cfg<DH, HG>::NE], float (&m)[HG], float (&l)[HG],
@@ -363,17 +351,15 @@ split_scan(const memra_attn_decode_args &a, const u8 *kb, const u8 *vb, u64 tstr
         kv8<KV, A8> kr[C::U][C::VPL], vr[C::U][C::VPL];
         bool ok[C::U];
         /* all U keys in flight at once */
-        load_batch<DH, HG, KV, A8, PF, LEAN>(kb, vb, tstride, base, t1, pf * step, kr, vr, ok);
+        load_batch<DH, HG, KV, A8, PF>(kb, vb, tstride, base, t1, pf * step, kr, vr, ok);
         batch_update<DH, HG, KV, A8>(a, kr, vr, ok, q, m, l, o);
     }
 }
 
 /* PF: the prefetch_batches kernel (a separate instantiation: the prefetch addresses cost
- * registers, and the default kernel keeps its own count). LEAN (only with PF, and only where
- * lean_geometry says): the same kernel compiled for 4 CTAs per SM, 128 registers, for
- * prefetch_lean (the header); a bound of 0 CTAs leaves the count to ptxas, as none does. */
-template <int DH, int HG, int KV, bool A8, bool PF, bool LEAN = false>
-__global__ void __launch_bounds__(kWarps * 32, LEAN ? 4 : 0)
+ * registers, and the default kernel keeps its own count) */
+template <int DH, int HG, int KV, bool A8, bool PF>
+__global__ void __launch_bounds__(kWarps * 32)
     attn_split_fast(memra_attn_decode_args a, attn_geom g)
 {
     using C = split_cfg<DH, HG>;
@@ -422,7 +408,7 @@ __global__ void __launch_bounds__(kWarps * 32, LEAN ? 4 : 0)
                     o[h][e] = 0.0f;
                 }
             }
-            split_scan<DH, HG, KV, A8, PF, LEAN>(a, kb, vb, tstride, t0, t1, pf, q, m, l, o);
+            split_scan<DH, HG, KV, A8, PF>(a, kb, vb, tstride, t0, t1, pf, q, m, l, o);
 #pragma unroll
             for (int off = C::LPK; off < 32; off <<= 1)
 #pragma unroll
@@ -700,15 +686,6 @@ cudaError_t launch_split_kernel(const memra_attn_decode_args *a, const attn_geom
     return cuda_ops_launch(K, grid, dim3(kWarps * 32), 0, s, 1, *a, g);
 }
 
-/* The geometries whose lean prefetching kernel fits 128 registers (4 CTAs per SM) without a
- * spill (ptxas, sm_90, nvcc 13.0): DH 256 HG 4, both cache types (Qwen3.5's 0.8b, 4b and 9b).
- * DH 128 HG 4 spills 4 bytes (f16) / 8 (q8_0), DH 64 HG 4 q8_0 16, HG 8 and DH 512 hundreds;
- * there prefetch_lean does nothing. */
-template <int DH, int HG> constexpr bool lean_geometry()
-{
-    return HG == 4 && DH == 256;
-}
-
 template <int DH, int KV, bool PF>
 cudaError_t launch_fast(const memra_attn_decode_args *a, const attn_geom &g, cudaStream_t s,
                         int *grid_x)
@@ -720,10 +697,6 @@ cudaError_t launch_fast(const memra_attn_decode_args *a, const attn_geom &g, cud
     case 2:
         return launch_split_kernel<attn_split_fast<DH, 2, KV, A8, PF>>(a, g, s, grid_x);
     case 4:
-        if constexpr (PF && lean_geometry<DH, 4>())
-            if (a->prefetch_lean)
-                return launch_split_kernel<attn_split_fast<DH, 4, KV, A8, true, true>>(a, g, s,
-                                                                                       grid_x);
         return launch_split_kernel<attn_split_fast<DH, 4, KV, A8, PF>>(a, g, s, grid_x);
     default: /* 8; never for DH > 256 */
         return launch_split_kernel<attn_split_fast<DH, (DH > 256 ? 4 : 8), KV, A8, PF>>(a, g, s,

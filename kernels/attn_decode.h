@@ -145,11 +145,6 @@ typedef struct memra_attn_decode_args {
     int32_t split_ctas;       /* CUDA scheduling only: 0, 1..max_split or
                                  MEMRA_ATTN_SPLIT_CTAS_AUTO (above) */
     int32_t prefetch_batches; /* CUDA scheduling only: 0..MEMRA_ATTN_MAX_PREFETCH (above) */
-    int32_t prefetch_lean;    /* CUDA scheduling only, with prefetch_batches > 0: 1 runs the
-                                 prefetching kernel compiled for 4 CTAs per SM (128 registers)
-                                 where it fits them without a spill (head_dim 256 with 3 or 4
-                                 q heads per kv head: Qwen3.5's 0.8b, 4b, 9b); 0 (default) or
-                                 any other shape: its own register count */
 } memra_attn_decode_args;
 
 static inline const char *memra_attn_decode_check(const memra_attn_decode_args *a)
@@ -170,8 +165,6 @@ static inline const char *memra_attn_decode_check(const memra_attn_decode_args *
         return "split_ctas must be 0, positive or MEMRA_ATTN_SPLIT_CTAS_AUTO";
     if (a->prefetch_batches < 0 || a->prefetch_batches > MEMRA_ATTN_MAX_PREFETCH)
         return "prefetch_batches out of range 0..8";
-    if (a->prefetch_lean != 0 && a->prefetch_lean != 1)
-        return "prefetch_lean must be 0 or 1";
     return 0;
 }
 

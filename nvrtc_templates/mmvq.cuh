@@ -368,6 +368,17 @@ MEMRA_DEV void block_kq(const u8 *w0, const u8 *w1, const q8_ptrs<B> &P, i64 kq,
             qh[r][1] = ld_u32<16>(w[r] + 32 + 4 * t);
         }
     }
+    /* the 8 scales and mins of each row as bytes k & 3 of four words (kq_scale's values,
+     * decoded 4 at a time: 2 to 4 instructions a word and one byte extract a value, where
+     * kq_scale spends 2 to 5 a value) */
+    u32 sp[2][4];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        sp[r][0] = s[r][0] & 0x3F3F3F3Fu;
+        sp[r][1] = s[r][1] & 0x3F3F3F3Fu;
+        sp[r][2] = (s[r][2] & 0x0F0F0F0Fu) | ((s[r][0] >> 2) & 0x30303030u);
+        sp[r][3] = ((s[r][2] >> 4) & 0x0F0F0F0Fu) | ((s[r][1] >> 2) & 0x30303030u);
+    }
 #pragma unroll
     for (int k = 0; k < 8; k++) {
         u32 lo[2], hi[2];
@@ -385,7 +396,8 @@ MEMRA_DEV void block_kq(const u8 *w0, const u8 *w1, const q8_ptrs<B> &P, i64 kq,
                 lo[r] |= ((qh[r][0] >> k) & 0x01010101u) << 4;
                 hi[r] |= ((qh[r][1] >> k) & 0x01010101u) << 4;
             }
-            kq_scale(s[r], k, sc[r], mn[r]);
+            sc[r] = (i32)__byte_perm(sp[r][k < 4 ? 0 : 2], 0u, 0x4440u | (k & 3));
+            mn[r] = (i32)__byte_perm(sp[r][k < 4 ? 1 : 3], 0u, 0x4440u | (k & 3));
         }
         load_q8p<B>(P, kq + k, g, t, bf, da);
 #pragma unroll
@@ -886,10 +898,57 @@ MEMRA_DEV void stage_rows_aligned(u8 *dst, const u8 *src, u32 row_bytes, int nro
     }
 }
 
-/* One warp's share of one tile: stream its K steps and accumulate T. */
+/* Row-group staging (q4_K, q6_K): when every row is whole 16-byte units (row_bytes % 16 == 0,
+ * w 16-byte aligned), the units of a row's step are the UB = rg_units<QT>::v units from
+ * floor16(off) on: q4_K 9 (144-byte steps, off % 16 == 0), q6_K 14 (210-byte steps, off % 16
+ * even, so 210 + (off & 15) <= 224), which is exactly the set stage_rows copies for such rows
+ * (u < ceil((len + lead) / 16)), all inside the weight (a row's last step ends at the row's
+ * 16-aligned end). Lane l copies unit l % UB of rows RPI i + l / UB (RPI = 32 / UB rows per
+ * instruction, lanes >= RPI UB idle): its source and destination offsets are fixed for the
+ * tile, so a step costs one 64-bit add and one cp.async per row group, instead of the unit
+ * divisions, range tests and 64-bit row addresses of stage_rows / stage_rows_aligned. The
+ * same bytes land in the same shared-memory places (slot r, unit u), so the bits cannot
+ * change. 0 = not used for this qtype. */
+template <int QT> struct rg_units {
+    static constexpr int v = QT == QT_Q4_K ? 9 : QT == QT_Q6_K ? 14 : 0;
+};
+
+template <int QT, int SLOT> struct rg_lane {
+    static constexpr int UB = rg_units<QT>::v, RPI = UB ? 32 / UB : 1,
+                         NI = (MMVQ_ROWS + RPI - 1) / RPI;
+    static_assert(UB == 0 || 16 * UB <= SLOT, "a row group's units must fit its slot");
+    const u8 *src; /* this lane's unit in its first row of the tile, at step offset 0 */
+    u32 dst;       /* its shared offset inside a stage */
+    u32 rstep;     /* RPI * row_bytes */
+    int ro;        /* its row inside a group; >= MMVQ_ROWS when idle */
+    __device__ __forceinline__ void init(const u8 *base, u64 row_bytes, int lane)
+    {
+        const int r = lane / UB, u = lane - r * UB;
+        ro = lane < RPI * UB ? r : MMVQ_ROWS;
+        src = base + (u64)r * row_bytes + 16 * u;
+        dst = (u32)(r * SLOT + 16 * u);
+        rstep = (u32)(RPI * row_bytes);
+    }
+    /* units [floor16(off), floor16(off) + 16 UB) of the tile's first nrows rows -> stage at sbase
+     */
+    __device__ __forceinline__ void copy(u32 sbase, u64 off, int nrows) const
+    {
+        const u8 *s = src + (off & ~(u64)15);
+        const u32 d = sbase + dst;
+#pragma unroll
+        for (int i = 0; i < NI; i++) {
+            if (ro + RPI * i < nrows)
+                cp_async16_s(d + (u32)(i * RPI * SLOT), s);
+            s += rstep;
+        }
+    }
+};
+
+/* The step loop as before (tile_run below), kept for B <= MEMRA_MMVQ_DIRECT_MAX_B: there the
+ * staged path is the cold fallback of the direct kernels, whose SASS this keeps unchanged. */
 template <int QT, int B, int SLOT_STRIDE, int STAGES>
-MEMRA_DEV void tile_run(const memra_mmvq_params &p, const memra_mmvq_out_params &o, int tile,
-                        int part, u8 *wsm, int lane, float (&T)[(B + 7) / 8][4])
+MEMRA_DEV void tile_run_b2(const memra_mmvq_params &p, const memra_mmvq_out_params &o, int tile,
+                           int part, u8 *wsm, int lane, float (&T)[(B + 7) / 8][4])
 {
     typedef geom<QT> G;
     const int g = lane >> 2, t = lane & 3;
@@ -949,6 +1008,106 @@ MEMRA_DEV void tile_run(const memra_mmvq_params &p, const memra_mmvq_out_params 
             if (j < nb)
                 block_any<QT, B>(w0 + j * G::bytes, w1 + j * G::bytes, P,
                                  (s * G::step + j) * (G::qk / 32), g, t, T);
+        __syncwarp();
+    }
+    cp_async_wait<0>();
+}
+
+/* One warp's share of one tile: stream its K steps and accumulate T. */
+template <int QT, int B, int SLOT_STRIDE, int STAGES>
+MEMRA_DEV void tile_run(const memra_mmvq_params &p, const memra_mmvq_out_params &o, int tile,
+                        int part, u8 *wsm, int lane, float (&T)[(B + 7) / 8][4])
+{
+    if constexpr (B <= MEMRA_MMVQ_DIRECT_MAX_B) {
+        tile_run_b2<QT, B, SLOT_STRIDE, STAGES>(p, o, tile, part, wsm, lane, T);
+        return;
+    }
+    typedef geom<QT> G;
+    const int g = lane >> 2, t = lane & 3;
+    const int row0 = tile * MMVQ_ROWS;
+    const int nrows = o.n_out - row0 < MMVQ_ROWS ? o.n_out - row0 : MMVQ_ROWS;
+    const u8 *base = (const u8 *)o.w + (u64)row0 * o.row_bytes;
+    const u8 *end = (const u8 *)o.w + (u64)o.n_out * o.row_bytes;
+    const i64 nblk = p.n_in / G::qk, nsteps = (nblk + G::step - 1) / G::step;
+    const i64 mine = part < nsteps ? (nsteps - 1 - part) / p.ksplit + 1 : 0;
+    const u8 *a = (const u8 *)p.a;
+    const i64 rs = (i64)(p.n_in / 32) * Q8_1_BYTES;
+    const q8_ptrs<B> P = make_q8_ptrs<B>(a, rs, lane >> 2, lane & 3);
+    constexpr int STAGE = MMVQ_ROWS * SLOT_STRIDE, STEPB = G::step * G::bytes;
+    constexpr bool RGQ = rg_units<QT>::v > 0;
+    /* uniform over the launch: every step whole 16-byte units */
+    const bool aligned = step_aligned<QT>::v && o.row_bytes % 16 == 0 && nblk % G::step == 0;
+    /* uniform: row-group staging (rg_lane); rows whole units, steps whole blocks */
+    const bool rgs = RGQ && o.row_bytes % 16 == 0 && ((u64)o.w & 15) == 0;
+    rg_lane<QT, SLOT_STRIDE> RG;
+    if constexpr (RGQ) /* init divides by UB: not instantiated for the other qtypes */
+        RG.init(base, o.row_bytes, lane);
+    const u32 wsm_s = (u32)__cvta_generic_to_shared(wsm);
+
+#pragma unroll
+    for (int i = 0; i < STAGES - 1; i++) {
+        if (i < mine) {
+            const i64 s = part + (i64)i * p.ksplit, nb = nblk - s * G::step;
+            if (RGQ && rgs)
+                RG.copy(wsm_s + i * STAGE, (u64)s * STEPB, nrows);
+            else if (step_aligned<QT>::v && aligned)
+                stage_rows_aligned<SLOT_STRIDE, step_aligned<QT>::v ? STEPB : 16>(
+                    wsm + i * STAGE, base + (u64)s * STEPB, (u32)o.row_bytes, nrows, lane);
+            else
+                stage_rows<SLOT_STRIDE>(wsm + i * STAGE, base, o.row_bytes, (u64)s * STEPB,
+                                        (u32)((nb < G::step ? nb : G::step) * G::bytes), nrows, end,
+                                        lane);
+        }
+        cp_async_commit();
+    }
+    pdl_wait_release(); /* the weights above do not depend on the previous kernel; a, y do */
+    /* 32-bit step counters (a part has < 2^31 steps) and running byte offsets: stage cursors
+     * cur = i % STAGES (the step computed), pre = (i + STAGES - 1) % STAGES (the step
+     * copied); offp = the copied step's offset s STEPB (the row-group path's only use of s) */
+    const int nmine = (int)mine, ks = p.ksplit;
+    int cur = 0, pre = STAGES - 1;
+    u64 offp = (u64)(part + (STAGES - 1) * ks) * STEPB;
+    const u64 dstep = (u64)ks * STEPB;
+    for (int i = 0; i < nmine; i++) {
+        const int ipre = i + STAGES - 1;
+        if (ipre < nmine) {
+            if (RGQ && rgs) {
+                RG.copy(wsm_s + pre * STAGE, offp, nrows);
+            } else {
+                const i64 s = part + (i64)ipre * ks, nb = nblk - s * G::step;
+                if (step_aligned<QT>::v && aligned)
+                    stage_rows_aligned<SLOT_STRIDE, step_aligned<QT>::v ? STEPB : 16>(
+                        wsm + pre * STAGE, base + (u64)s * STEPB, (u32)o.row_bytes, nrows, lane);
+                else
+                    stage_rows<SLOT_STRIDE>(wsm + pre * STAGE, base, o.row_bytes, (u64)s * STEPB,
+                                            (u32)((nb < G::step ? nb : G::step) * G::bytes), nrows,
+                                            end, lane);
+            }
+        }
+        offp += dstep;
+        cp_async_commit();
+        cp_async_wait<STAGES - 1>();
+        __syncwarp();
+        const int s = part + i * ks;
+        const i64 nb = nblk - (i64)s * G::step;
+        const u64 off = (u64)s * STEPB;
+        const u8 *st = wsm + cur * STAGE;
+        const u8 *w0, *w1;
+        if (RGQ && rgs) { /* base, row_bytes 16-aligned: every row's lead is off's */
+            const u32 lead = (u32)off & 15u;
+            w0 = st + g * SLOT_STRIDE + lead;
+            w1 = st + (g + 8) * SLOT_STRIDE + lead;
+        } else {
+            w0 = st + g * SLOT_STRIDE + (((u64)base + g * o.row_bytes + off) & 15);
+            w1 = st + (g + 8) * SLOT_STRIDE + (((u64)base + (g + 8) * o.row_bytes + off) & 15);
+        }
+        cur = cur == STAGES - 1 ? 0 : cur + 1;
+        pre = pre == STAGES - 1 ? 0 : pre + 1;
+#pragma unroll 1
+        for (int j = 0; j < G::step; j++)
+            if (j < nb)
+                block_any<QT, B>(w0 + j * G::bytes, w1 + j * G::bytes, P,
+                                 ((i64)s * G::step + j) * (G::qk / 32), g, t, T);
         __syncwarp();
     }
     cp_async_wait<0>();

@@ -183,7 +183,6 @@ void memra_cuda_opts_init(memra_cuda_opts *o)
                            .fuse = 1,
                            .norm_release_tiers = MEMRA_CUDA_NORM_RELEASE_TIERS,
                            .attn_prefetch = MEMRA_CUDA_ATTN_PREFETCH,
-                           .attn_prefetch_lean = MEMRA_CUDA_ATTN_PREFETCH_LEAN,
                            .attn_auto_tiers = MEMRA_CUDA_ATTN_AUTO_TIERS,
                            .sync_launches = 0,
                            .staging_mib = 64};
@@ -197,8 +196,6 @@ static const char *sched_opts_check(const memra_cuda_opts *o)
         return "attn_split_ctas must be 0, a CTA count or MEMRA_ATTN_SPLIT_CTAS_AUTO (-1)";
     if (o->attn_prefetch < 0 || o->attn_prefetch > MEMRA_ATTN_MAX_PREFETCH)
         return "attn_prefetch out of range 0..8";
-    if (o->attn_prefetch_lean != 0 && o->attn_prefetch_lean != 1)
-        return "attn_prefetch_lean must be 0 or 1";
     if (o->gdn_prefetch < 0 || o->gdn_prefetch > MEMRA_GDN_MAX_PREFETCH)
         return "gdn_prefetch out of range 0..4";
     if (o->gdn_split != 0 && o->gdn_split != 1 && o->gdn_split != 2 && o->gdn_split != 4)
@@ -810,7 +807,6 @@ static int bind_plan(memra_cuda_backend *be, uint32_t t, uint32_t s, memra_err *
             if (ad->split_ctas == 0 && p->tier < 32 && ((be->opts.attn_auto_tiers >> p->tier) & 1))
                 ad->split_ctas = MEMRA_ATTN_SPLIT_CTAS_AUTO;
             ad->prefetch_batches = be->opts.attn_prefetch;
-            ad->prefetch_lean = be->opts.attn_prefetch_lean;
             /* the grid the launch will run (AUTO resolved here, on the host, not by queries
              * inside the graph capture; the scalar kernel's one CTA per split included) */
             int32_t x = ad->max_split;

@@ -73,11 +73,10 @@
  * B=1 2.665 -> 2.635 ms, B=2 3.713 -> 3.679, B=8 and 16 within the rounds' spread;
  * bench/results/mmvq-notes.md, session 20). At depth 32768 it loses at B=1 and 2 (3.192 with
  * AUTO against the plain kernel's 3.135 ms; B=2 4.660 / 4.554) and wins at B=16: its 168
- * registers cost a CTA per SM (attn_prefetch_lean below is the attempt to take both). */
+ * registers cost a CTA per SM. The same kernel at 128 registers (4 CTAs per SM; possible without
+ * a spill only with its prefetches issued before the loads) lost everywhere: B=1 2.615 -> 2.669
+ * ms at depth 1024, B=16 13.79 -> 14.56 at 32768 (session 21, bench/results/mmvq-notes.md). */
 #define MEMRA_CUDA_ATTN_PREFETCH 2
-
-/* memra_cuda_opts.attn_prefetch_lean's default: 0 (not measured yet). */
-#define MEMRA_CUDA_ATTN_PREFETCH_LEAN 0
 
 /* memra_cuda_opts.attn_auto_tiers' default: tier 1. With the prefetching kernel (3 CTAs per
  * SM) the B = 1 grid of one CTA per split (the 9b: 512 CTAs, 396 slots on an H100) runs in
@@ -125,11 +124,6 @@ typedef struct memra_cuda_opts {
                              PDL wait (0: none, the plain kernel; 1..MEMRA_ATTN_MAX_PREFETCH,
                              default MEMRA_CUDA_ATTN_PREFETCH; a kernel of its own: scheduling
                              only, the same bytes) */
-    int attn_prefetch_lean; /* with attn_prefetch: 1 runs the prefetching kernel compiled for 4
-                             CTAs per SM (128 registers) where its geometry spills little
-                             (kernels/attn_decode.h prefetch_lean; the 9b's head_dim 256 with 4
-                             q heads per kv head is one); 0: its own register count
-                             (default MEMRA_CUDA_ATTN_PREFETCH_LEAN; scheduling only) */
     int gdn_prefetch;     /* gdn_step's 4-warp kernel (grids past 2 CTAs per SM, e.g. the 9b at
                              B = 16): each warp pulls its state-row tasks this many beyond the
                              one it holds into L2, the first ones before its PDL wait (0, the

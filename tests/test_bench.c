@@ -225,6 +225,18 @@ static void check_config(json_t *j, const memra_bench_report *r)
                                                 : r->opts.attn_split_ctas < 0 ? "auto"
                                                                               : want);
     }
+    /* --attn-auto: the tiers of the mask, absent at the default */
+    const json_t *aa = json_object_get(j, "attn_auto_tiers");
+    if (r->opts.attn_auto < 0)
+        ck_assert_ptr_null(aa);
+    else {
+        int mask = 0;
+        for (size_t i = 0; i < json_array_size(aa); i++)
+            mask |= 1 << json_integer_value(json_array_get(aa, i));
+        ck_assert_int_eq(mask, r->opts.attn_auto);
+    }
+    /* the engines' effective CUDA scheduling: only where the CUDA backend ran */
+    ck_assert_int_eq(json_object_get(j, "cuda_sched") != NULL, r->sched.known);
     const json_t *ap = json_object_get(j, "attn_prefetch");
     if (r->opts.attn_prefetch == MEMRA_BENCH_UNSET)
         ck_assert_ptr_null(ap);
@@ -377,6 +389,7 @@ START_TEST(test_bench_cpu_run)
     two_by_two_opts(&o, 1024);
     o.norm_release = 1 << 2 | 1 << 16; /* CUDA scheduling options: reported, no effect here */
     o.attn_split_ctas = MEMRA_ATTN_SPLIT_CTAS_AUTO;
+    o.attn_auto = 1 << 1 | 1 << 2;
     o.attn_prefetch = 3;
     o.eager = 0; /* no graphs on the CPU: an eager pass regardless, so still "eager": true */
     o.gdn_prefetch = 2;
@@ -406,7 +419,9 @@ START_TEST(test_bench_cpu_run)
     ck_assert_ptr_nonnull(strstr(buf, g_model));
     ck_assert_ptr_nonnull(strstr(buf, "--tiers 1,2 --depths 0,1024 --ticks 3"));
     ck_assert_ptr_nonnull(
-        strstr(buf, " --attn-split-ctas auto --attn-prefetch 3 --gdn-prefetch 2 --gdn-split 1"));
+        strstr(buf, " --attn-split-ctas auto --attn-auto 1,2 --attn-prefetch 3 --gdn-prefetch 2 "
+                    "--gdn-split 1"));
+    ck_assert_ptr_null(strstr(buf, "  schedule  ")); /* CUDA only */
     ck_assert_ptr_nonnull(strstr(buf, "MISS  B=1 bandwidth"));
     check_plot(r);
     memra_bench_report_free(r);

@@ -1852,14 +1852,6 @@ START_TEST(test_bad_args)
     ck_assert_str_eq(memra_attn_decode_check(&ad), "prefetch_batches out of range 0..8");
     ad.prefetch_batches = -1;
     ck_assert_int_eq(memra_attn_decode_ref(&ad), MEMRA_ERR_INVALID_ARG);
-    ad.prefetch_batches = 2;
-    ad.prefetch_lean = 1;
-    ck_assert_ptr_null(memra_attn_decode_check(&ad)); /* scheduling: the reference ignores it */
-    ad.prefetch_lean = 2;
-    ck_assert_str_eq(memra_attn_decode_check(&ad), "prefetch_lean must be 0 or 1");
-    ad.prefetch_lean = -1;
-    ck_assert_int_eq(memra_attn_decode_ref(&ad), MEMRA_ERR_INVALID_ARG);
-    ad.prefetch_lean = 0;
     memra_gdn_step_args gd = {.qkv = f, .z = f, .beta = f, .alpha = f, .conv_w = f, .dt_bias = f,
                               .ssm_a = f, .norm_w = f, .conv_state = p, .ssm_state = p, .y_q = q,
                               .n_k_head = 2, .n_v_head = 3, .head_k_dim = 32, .head_v_dim = 32,

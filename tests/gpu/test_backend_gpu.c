@@ -899,12 +899,12 @@ START_TEST(test_open_refusals)
     memra_err err;
     memra_err_clear(&err);
     /* options are checked before the device is opened: refused with or without a GPU */
-    for (int k = 0; k < 8; k++) {
+    for (int k = 0; k < 7; k++) {
         memra_cuda_opts bad;
         memra_cuda_opts_init(&bad);
-        static const char *const what[] = {"attn_split_ctas", "attn_prefetch",     "gdn_prefetch",
-                                           "gdn_split",       "l2_side_mib",       "l2_side_spread",
-                                           "l2_side_spread",  "attn_prefetch_lean"};
+        static const char *const what[] = {"attn_split_ctas", "attn_prefetch", "gdn_prefetch",
+                                           "gdn_split",       "l2_side_mib",   "l2_side_spread",
+                                           "l2_side_spread"};
         if (k == 0)
             bad.attn_split_ctas = MEMRA_ATTN_SPLIT_CTAS_AUTO - 1;
         if (k == 1)
@@ -919,8 +919,6 @@ START_TEST(test_open_refusals)
             bad.l2_side_spread = 2;
         if (k == 6)
             bad.l2_side_spread = 1; /* with l2_side_mib 0: nothing to shape */
-        if (k == 7)
-            bad.attn_prefetch_lean = 2;
         memra_err_clear(&err);
         ck_assert_int_eq(memra_cuda_backend_open("/nonexistent/memra-plans", NULL, &bad, &be, &err),
                          MEMRA_ERR_INVALID_ARG);

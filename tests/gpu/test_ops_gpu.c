@@ -625,8 +625,8 @@ END_TEST
 typedef struct decode_case {
     const attn_shape *sh;
     int kv, b, n_ctx, max_split;
-    int split_ctas, prefetch, lean; /* memra_attn_decode_args.split_ctas / prefetch_batches /
-                                       prefetch_lean (scheduling: never the bytes) */
+    int split_ctas, prefetch; /* memra_attn_decode_args.split_ctas / prefetch_batches (scheduling:
+                                 never the bytes) */
     int32_t *pos;
     regions kc, vc;
     float *q, *qg;
@@ -683,8 +683,7 @@ static memra_attn_decode_args decode_args(const decode_case *c, int host)
                                 .b = c->b,
                                 .scale = 1.0f / sqrtf((float)dh),
                                 .split_ctas = c->split_ctas,
-                                .prefetch_batches = c->prefetch,
-                                .prefetch_lean = c->lean};
+                                .prefetch_batches = c->prefetch};
     const size_t nq = (size_t)c->b * (size_t)width;
     if (host) {
         a.k_cache = c->kc.htab;
@@ -728,9 +727,8 @@ static void decode_check(decode_case *c, float **o_out, uint8_t **yq_out)
     uint8_t *yq = halloc(nq / 32 * sizeof(memra_block_q8_1));
     decode_gpu(c, o, yq);
     char what[128];
-    snprintf(what, sizeof what,
-             "attn_decode %s kv %d b %d max_split %d split_ctas %d prefetch %d lean %d",
-             c->sh->name, c->kv, c->b, c->max_split, c->split_ctas, c->prefetch, c->lean);
+    snprintf(what, sizeof what, "attn_decode %s kv %d b %d max_split %d split_ctas %d prefetch %d",
+             c->sh->name, c->kv, c->b, c->max_split, c->split_ctas, c->prefetch);
     /* exact: the reference emulates the kernel's order (attn_decode.h), same exps, same
      * gate; then the same q8_1 quantizer */
     gpu_expect_same_f32(what, o, a.o, nq);
@@ -889,13 +887,12 @@ START_TEST(test_attn_decode_lengths)
 }
 END_TEST
 
-/* A scheduling variant of one launch (split_ctas, prefetch, lean): rows of 8193 keys (128 splits of
+/* A scheduling variant of one launch (split_ctas, prefetch): rows of 8193 keys (128 splits of
  * 80, the last 25 empty), 1025 (17 of 64), 65 (2 of 48), 1 and one outside the cache share a
  * 5-wide launch. Its bytes are
  * the CPU reference's (which ignores both fields), the same on a second launch over the same
  * buffers, and a row's bytes are the same alone at tier 1 (where AUTO picks another grid). */
-static void decode_sched(const attn_shape *sh, int kv, int split_ctas, int prefetch, int lean,
-                         tu_rng *r)
+static void decode_sched(const attn_shape *sh, int kv, int split_ctas, int prefetch, tu_rng *r)
 {
     static const int32_t pos[] = {8192, 1024, 64, 0, 8200};
     decode_case c = {.sh = sh,
@@ -904,8 +901,7 @@ static void decode_sched(const attn_shape *sh, int kv, int split_ctas, int prefe
                      .n_ctx = 8200,
                      .max_split = MEMRA_ATTN_MAX_SPLIT,
                      .split_ctas = split_ctas,
-                     .prefetch = prefetch,
-                     .lean = lean};
+                     .prefetch = prefetch};
     c.pos = halloc(sizeof pos);
     memcpy(c.pos, pos, sizeof pos);
     decode_fill(&c, r);
@@ -935,11 +931,11 @@ START_TEST(test_attn_decode_split_ctas)
     const attn_shape *more[] = {&k_attn_shapes[2], &k_attn_shapes[5], &k_attn_dh512_g4};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         for (size_t k = 0; k < sizeof ctas / sizeof ctas[0]; k++)
-            decode_sched(shapes[i], (i + k) % 2 ? MEMRA_QT_Q8_0 : MEMRA_QT_F16, ctas[k], 0, 0, &r);
+            decode_sched(shapes[i], (i + k) % 2 ? MEMRA_QT_Q8_0 : MEMRA_QT_F16, ctas[k], 0, &r);
     for (size_t i = 0; i < sizeof more / sizeof more[0]; i++) {
-        decode_sched(more[i], i % 2 ? MEMRA_QT_Q8_0 : MEMRA_QT_F16, 3, 0, 0, &r);
+        decode_sched(more[i], i % 2 ? MEMRA_QT_Q8_0 : MEMRA_QT_F16, 3, 0, &r);
         decode_sched(more[i], i % 2 ? MEMRA_QT_F16 : MEMRA_QT_Q8_0, MEMRA_ATTN_SPLIT_CTAS_AUTO, 0,
-                     0, &r);
+                     &r);
     }
 }
 END_TEST
@@ -962,37 +958,10 @@ START_TEST(test_attn_decode_prefetch)
                                   &k_attn_shapes[5], &k_attn_shapes[6], &k_attn_dh512_g4,
                                   &k_attn_shapes[7]};
     for (size_t k = 0; k < 3; k++)
-        decode_sched(&k_attn_shapes[1], k % 2 ? MEMRA_QT_Q8_0 : MEMRA_QT_F16, ctas[k], pfs[k], 0,
-                     &r);
+        decode_sched(&k_attn_shapes[1], k % 2 ? MEMRA_QT_Q8_0 : MEMRA_QT_F16, ctas[k], pfs[k], &r);
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         decode_sched(shapes[i], i % 2 ? MEMRA_QT_Q8_0 : MEMRA_QT_F16, ctas[(i + 1) % 3], pfs[i % 3],
-                     0, &r);
-}
-END_TEST
-
-START_TEST(test_attn_decode_prefetch_lean)
-{
-    GPU_OR_SKIP();
-    tu_rng r;
-    tu_rng_seed(&r, 0xDEC5u);
-    /* prefetch_lean: the prefetching kernel compiled for 4 CTAs per SM (128 registers) on its
-     * geometry, dh 256 with HG 4 - the 9b (group 4) and the 0.8b (group 4, 2 kv heads) in both
-     * cache types - with one CTA per split, fewer CTAs and AUTO (whose grid follows the lean
-     * kernel's occupancy), pf 1, 2 and 8; then where it does not apply and the field must be
-     * ignored: dh128-g4 (it would spill), the 27b (HG 8), dh512-g4 and the generic kernel
-     * (dh96), and prefetch 0 (no prefetching kernel at all). */
-    static const int pfs[] = {1, 2, 8}, ctas[] = {0, 5, MEMRA_ATTN_SPLIT_CTAS_AUTO};
-    for (int k = 0; k < 3; k++) {
-        decode_sched(&k_attn_shapes[1], k % 2 ? MEMRA_QT_Q8_0 : MEMRA_QT_F16, ctas[k], pfs[k], 1,
                      &r);
-        decode_sched(&k_attn_shapes[0], k % 2 ? MEMRA_QT_F16 : MEMRA_QT_Q8_0, ctas[(k + 1) % 3],
-                     pfs[k], 1, &r);
-    }
-    decode_sched(&k_attn_shapes[3], MEMRA_QT_Q8_0, MEMRA_ATTN_SPLIT_CTAS_AUTO, 2, 1, &r);
-    decode_sched(&k_attn_shapes[2], MEMRA_QT_F16, 0, 2, 1, &r);
-    decode_sched(&k_attn_dh512_g4, MEMRA_QT_Q8_0, 3, 2, 1, &r);
-    decode_sched(&k_attn_shapes[7], MEMRA_QT_F16, 0, 2, 1, &r);
-    decode_sched(&k_attn_shapes[1], MEMRA_QT_F16, 0, 0, 1, &r);
 }
 END_TEST
 
@@ -1108,31 +1077,6 @@ START_TEST(test_attn_decode_launch_shape)
     a.prefetch_batches = MEMRA_ATTN_MAX_PREFETCH;
     ck_assert_ptr_ne(pf2, plain);
     ck_assert_ptr_eq(attn_split_captured(&a).func, pf2);
-    /* prefetch_lean: a third kernel at this geometry (dh 256, group 4); with AUTO at b = 16 its
-     * grid follows its own occupancy (4 CTAs per SM: 4 x SMs / 64), the prefetching kernel's
-     * its (3 per SM at 168 registers); at prefetch 0 and where the geometry takes no lean
-     * kernel (group 8 below) the field changes nothing */
-    a.prefetch_lean = 1;
-    const void *lean = attn_split_captured(&a).func;
-    ck_assert_ptr_ne(lean, pf2);
-    ck_assert_ptr_ne(lean, plain);
-    a.b = 16;
-    a.split_ctas = MEMRA_ATTN_SPLIT_CTAS_AUTO;
-    ck_assert_uint_eq(attn_split_captured(&a).grid.x, (unsigned)(4 * sms / 64));
-    a.prefetch_lean = 0;
-    const unsigned pf_auto = attn_split_captured(&a).grid.x;
-    ck_assert(pf_auto >= 1 && pf_auto <= (unsigned)(4 * sms / 64));
-    a.b = 5;
-    a.split_ctas = 0;
-    a.prefetch_lean = 1;
-    a.prefetch_batches = 0;
-    ck_assert_ptr_eq(attn_split_captured(&a).func, plain);
-    a.prefetch_batches = 2;
-    a.n_head = 32; /* group 8: HG 8 */
-    const void *g8_lean = attn_split_captured(&a).func;
-    a.prefetch_lean = 0;
-    ck_assert_ptr_eq(attn_split_captured(&a).func, g8_lean);
-    a.n_head = 16;
     /* the generic kernel: one CTA per split and one instantiation whatever the fields say */
     a.head_dim = 96;
     a.prefetch_batches = 0;
@@ -1164,9 +1108,6 @@ START_TEST(test_attn_rejects)
     ck_assert_int_eq(memra_attn_decode_cuda(&a, 0), MEMRA_ERR_INVALID_ARG);
     a.split_ctas = 0;
     a.prefetch_batches = MEMRA_ATTN_MAX_PREFETCH + 1;
-    ck_assert_int_eq(memra_attn_decode_cuda(&a, 0), MEMRA_ERR_INVALID_ARG);
-    a.prefetch_batches = 2;
-    a.prefetch_lean = 2;
     ck_assert_int_eq(memra_attn_decode_cuda(&a, 0), MEMRA_ERR_INVALID_ARG);
     memra_attn_prep_args p = {0};
     ck_assert_int_eq(memra_attn_prep_cuda(&p, 0), MEMRA_ERR_INVALID_ARG);
@@ -1825,10 +1766,10 @@ static void report(const char *what, double us, double bytes)
     fflush(stdout);
 }
 
-/* split_ctas / pf / lean: memra_attn_decode_args.split_ctas (0 one CTA per split, -1 auto),
- * prefetch_batches and prefetch_lean */
+/* split_ctas / pf: memra_attn_decode_args.split_ctas (0 one CTA per split, -1 auto) and
+ * prefetch_batches */
 static void time_attn_decode(int b, int ctx, int kv, int max_split, int split_ctas, int pf,
-                             int lean, tu_rng *r)
+                             tu_rng *r)
 {
     const int hq = 16, hkv = 4, dh = 256; /* qwen35-9b */
     const uint64_t hb = memra_kv_head_bytes(kv, dh), region = (uint64_t)ctx * hkv * hb;
@@ -1859,13 +1800,12 @@ static void time_attn_decode(int b, int ctx, int kv, int max_split, int split_ct
                                 .b = b,
                                 .scale = 1.0f / 16.0f,
                                 .split_ctas = split_ctas,
-                                .prefetch_batches = pf,
-                                .prefetch_lean = lean};
+                                .prefetch_batches = pf};
     double us;
     TIME_OP(memra_attn_decode_cuda(&a, 0), 20, us);
     char what[128], pfs[24] = "";
     if (pf)
-        snprintf(pfs, sizeof pfs, " prefetch=%d%s", pf, lean ? " lean" : "");
+        snprintf(pfs, sizeof pfs, " prefetch=%d", pf);
     snprintf(what, sizeof what, "attn_decode 9b b=%d ctx=%d kv=%s max_split=%d%s%s", b, ctx,
              kv == MEMRA_QT_F16 ? "f16" : "q8_0", max_split,
              split_ctas == MEMRA_ATTN_SPLIT_CTAS_AUTO ? " split_ctas=auto" : "", pfs);
@@ -2003,25 +1943,22 @@ START_TEST(test_timing)
     }
     tu_rng r;
     tu_rng_seed(&r, 0x7173u);
-    time_attn_decode(16, 32768, MEMRA_QT_F16, 32, 0, 0, 0, &r);
-    time_attn_decode(16, 32768, MEMRA_QT_F16, 64, 0, 0, 0, &r);
-    time_attn_decode(16, 32768, MEMRA_QT_Q8_0, 32, 0, 0, 0, &r);
-    time_attn_decode(1, 32768, MEMRA_QT_F16, 128, 0, 0, 0, &r);
-    time_attn_decode(16, 4096, MEMRA_QT_F16, 32, 0, 0, 0, &r);
+    time_attn_decode(16, 32768, MEMRA_QT_F16, 32, 0, 0, &r);
+    time_attn_decode(16, 32768, MEMRA_QT_F16, 64, 0, 0, &r);
+    time_attn_decode(16, 32768, MEMRA_QT_Q8_0, 32, 0, 0, &r);
+    time_attn_decode(1, 32768, MEMRA_QT_F16, 128, 0, 0, &r);
+    time_attn_decode(16, 4096, MEMRA_QT_F16, 32, 0, 0, &r);
     /* the plans' max_split: one CTA per split against a grid that stays resident, without and
      * with the L2 prefetch of key batches ahead */
     static const int at_b[4] = {1, 2, 8, 16}, at_ctx[2] = {1024, 32768};
     for (int i = 0; i < 4; i++)
         for (int k = 0; k < 2; k++) {
-            time_attn_decode(at_b[i], at_ctx[k], MEMRA_QT_F16, MEMRA_ATTN_MAX_SPLIT, 0, 0, 0, &r);
+            time_attn_decode(at_b[i], at_ctx[k], MEMRA_QT_F16, MEMRA_ATTN_MAX_SPLIT, 0, 0, &r);
             time_attn_decode(at_b[i], at_ctx[k], MEMRA_QT_F16, MEMRA_ATTN_MAX_SPLIT,
-                             MEMRA_ATTN_SPLIT_CTAS_AUTO, 0, 0, &r);
-            time_attn_decode(at_b[i], at_ctx[k], MEMRA_QT_F16, MEMRA_ATTN_MAX_SPLIT, 0, 2, 0, &r);
+                             MEMRA_ATTN_SPLIT_CTAS_AUTO, 0, &r);
+            time_attn_decode(at_b[i], at_ctx[k], MEMRA_QT_F16, MEMRA_ATTN_MAX_SPLIT, 0, 2, &r);
             time_attn_decode(at_b[i], at_ctx[k], MEMRA_QT_F16, MEMRA_ATTN_MAX_SPLIT,
-                             MEMRA_ATTN_SPLIT_CTAS_AUTO, 4, 0, &r);
-            time_attn_decode(at_b[i], at_ctx[k], MEMRA_QT_F16, MEMRA_ATTN_MAX_SPLIT, 0, 2, 1, &r);
-            time_attn_decode(at_b[i], at_ctx[k], MEMRA_QT_F16, MEMRA_ATTN_MAX_SPLIT,
-                             MEMRA_ATTN_SPLIT_CTAS_AUTO, 2, 1, &r);
+                             MEMRA_ATTN_SPLIT_CTAS_AUTO, 4, &r);
         }
     /* gdn_step: the launcher's choice, then each split with the bulk prefetch on / off */
     static const int gdn_b[5] = {1, 2, 4, 8, 16};
@@ -2197,7 +2134,7 @@ Suite *make_ops_gpu_suite(void)
     GPU_ADD_CASE(s, "attn_prep", test_attn_prep, test_attn_rejects);
     GPU_ADD_CASE(s, "attn_decode", test_attn_decode, test_attn_decode_splits,
                  test_attn_decode_lengths, test_attn_decode_split_ctas, test_attn_decode_prefetch,
-                 test_attn_decode_prefetch_lean, test_attn_decode_launch_shape);
+                 test_attn_decode_launch_shape);
     GPU_ADD_CASE(s, "gdn_step", test_gdn_step, test_gdn_launch_shape, test_gdn_rejects);
     GPU_ADD_CASE(s, "l2_prefetch", test_l2_prefetch);
     GPU_ADD_CASE(s, "sample", test_sample, test_sample_draws, test_sample_edges);
