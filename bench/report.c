@@ -62,16 +62,24 @@ static uint32_t tier_mask_list(int mask, uint32_t *out)
     return n;
 }
 
+/* A tier mask as text: "1,2", or "none" for no tier. */
+static void tier_mask_str(int mask, char *buf, size_t n)
+{
+    uint32_t t[MEMRA_PLAN_MAX_B];
+    const uint32_t k = tier_mask_list(mask, t);
+    if (k)
+        list_str(t, k, buf, n);
+    else
+        snprintf(buf, n, "none");
+}
+
 /* Appends " OPT none" / " OPT 1,2" for a tier-mask option given (mask >= 0; -1: not given). */
 static void append_tier_mask(char *buf, size_t n, const char *opt, int mask)
 {
-    uint32_t t[MEMRA_PLAN_MAX_B];
-    char list[96] = "none";
-    const uint32_t k = mask > 0 ? tier_mask_list(mask, t) : 0;
+    char list[96];
     if (mask < 0)
         return;
-    if (k)
-        list_str(t, k, list, sizeof list);
+    tier_mask_str(mask, list, sizeof list);
     append(buf, n, " %s %s", opt, list);
 }
 
@@ -135,14 +143,9 @@ void memra_bench_print_header(const memra_bench_report *r, FILE *f)
             r->copy_median_gbs, r->copy_method);
     if (r->sched.known) { /* what the engines ran with, the defaults included */
         const memra_bench_sched *s = &r->sched;
-        uint32_t nr[MEMRA_PLAN_MAX_B], at[MEMRA_PLAN_MAX_B];
-        char nrl[96] = "none", atl[96] = "none";
-        uint32_t n = tier_mask_list((int)s->norm_release_tiers, nr);
-        if (n)
-            list_str(nr, n, nrl, sizeof nrl);
-        n = tier_mask_list((int)s->attn_auto_tiers, at);
-        if (n)
-            list_str(at, n, atl, sizeof atl);
+        char nrl[96], atl[96];
+        tier_mask_str((int)s->norm_release_tiers, nrl, sizeof nrl);
+        tier_mask_str((int)s->attn_auto_tiers, atl, sizeof atl);
         fprintf(f,
                 "  schedule  attention split CTAs %s (AUTO at tiers %s), prefetch %d; "
                 "norm release at tiers %s; gdn prefetch %d, split %d; L2 side %u MiB%s; fuse "

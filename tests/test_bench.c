@@ -187,6 +187,20 @@ static double num(json_t *o, const char *key)
     return json_number_value(v);
 }
 
+/* A tier-mask option's config key: absent when not given (mask < 0), else its tiers. */
+static void check_tier_mask(json_t *j, const char *key, int mask)
+{
+    const json_t *a = json_object_get(j, key);
+    if (mask < 0) {
+        ck_assert_ptr_null(a);
+        return;
+    }
+    int got = 0;
+    for (size_t i = 0; i < json_array_size(a); i++)
+        got |= 1 << json_integer_value(json_array_get(a, i));
+    ck_assert_int_eq(got, mask);
+}
+
 static void check_config(json_t *j, const memra_bench_report *r)
 {
     static const char *const keys[] = {
@@ -203,15 +217,7 @@ static void check_config(json_t *j, const memra_bench_report *r)
               fabs(num(j, "copy_gbs") - r->copy_gbs) <= 1e-8 * r->copy_gbs);
     ck_assert_int_eq(json_array_size(json_object_get(j, "tiers")), r->opts.n_tiers);
     /* --norm-release: the tiers of the mask, absent at the default */
-    const json_t *nr = json_object_get(j, "norm_release_tiers");
-    if (r->opts.norm_release < 0)
-        ck_assert_ptr_null(nr);
-    else {
-        int mask = 0;
-        for (size_t i = 0; i < json_array_size(nr); i++)
-            mask |= 1 << json_integer_value(json_array_get(nr, i));
-        ck_assert_int_eq(mask, r->opts.norm_release);
-    }
+    check_tier_mask(j, "norm_release_tiers", r->opts.norm_release);
     /* an eager pass ran (the CPU has no graphs, so always) */
     ck_assert(json_is_true(json_object_get(j, "eager")));
     /* --attn-split-ctas: as the option reads it, absent at the default */
@@ -226,15 +232,7 @@ static void check_config(json_t *j, const memra_bench_report *r)
                                                                               : want);
     }
     /* --attn-auto: the tiers of the mask, absent at the default */
-    const json_t *aa = json_object_get(j, "attn_auto_tiers");
-    if (r->opts.attn_auto < 0)
-        ck_assert_ptr_null(aa);
-    else {
-        int mask = 0;
-        for (size_t i = 0; i < json_array_size(aa); i++)
-            mask |= 1 << json_integer_value(json_array_get(aa, i));
-        ck_assert_int_eq(mask, r->opts.attn_auto);
-    }
+    check_tier_mask(j, "attn_auto_tiers", r->opts.attn_auto);
     /* the engines' effective CUDA scheduling: only where the CUDA backend ran */
     ck_assert_int_eq(json_object_get(j, "cuda_sched") != NULL, r->sched.known);
     const json_t *ap = json_object_get(j, "attn_prefetch");
