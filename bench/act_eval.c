@@ -6,9 +6,15 @@
  * Formats: "engine" (memra's arithmetic: q8_1, one scale per 32 activations, the mmvq dot)
  * and "G=N" (memra_ref_model_config.act_sim = N: one q8_1-style scale per N activations,
  * f64 dot; G=32 is the engine's rounding without its summation order). Written for the
- * grouped-activation-scale decision (bench/results/mmvq-notes.md runs 17-21).
+ * grouped-activation-scale decision (bench/results/mmvq-notes.md runs 17-21). "GmL" adds
+ * act_sim_mult = L (run 22). "f16" and "bf16" model a tensor-core mat-vec
+ * (memra_ref_model_config.act_f16 = 1, 2): activations rounded to f16 / bfloat16 (RN-even)
+ * instead of q8_1, weights dequantized to f16 as the GPU would (memra_ref_dequantize_row_f16),
+ * exact products summed in f64 (an fp32-accumulating MMA); their lines also count the values
+ * rounding made non-finite (activations that overflowed to Inf, f16 weights that are Inf/NaN).
  *
  *   memra-act-eval -m MODEL [--tokens N] [--seed S] [--groups 32,64,128,256] [--threads T]
+ *   (--groups: a comma list of G, GmL, f16 and bf16; "engine" always runs first)
  *
  * The stream: N tokens drawn uniformly from the vocabulary by the seed, teacher-forced (every
  * format sees the same inputs, so errors do not change the path). Per format: the median and
@@ -32,8 +38,9 @@ typedef struct eval_cfg {
     const char *model;
     int tokens, threads, n_groups;
     unsigned long long seed;
-    int groups[MAX_FORMATS];
-    int mults[MAX_FORMATS]; /* act_sim_mult per format (0: none) */
+    int groups[MAX_FORMATS]; /* act_sim per format (0 with f16) */
+    int mults[MAX_FORMATS];  /* act_sim_mult per format (0: none) */
+    int f16[MAX_FORMATS];    /* act_f16 per format (0: none, 1: f16, 2: bf16) */
 } eval_cfg;
 
 typedef struct eval_stats {
@@ -46,7 +53,7 @@ static int usage(const char *why)
 {
     fprintf(stderr,
             "memra-act-eval: %s\nusage: memra-act-eval -m MODEL [--tokens N] [--seed S] "
-            "[--groups 32,64,128,256] [--threads T]\n",
+            "[--groups 32,64,128,256] [--threads T]\n  (--groups: G, GmL, f16, bf16)\n",
             why);
     return 2;
 }
@@ -85,14 +92,21 @@ static int parse_args(int argc, char **argv, eval_cfg *c)
             char buf[256];
             snprintf(buf, sizeof buf, "%s", v);
             for (char *t = strtok(buf, ","); t; t = strtok(NULL, ",")) {
-                int g, l = 0;
+                int g, l = 0, h = !strcmp(t, "f16") ? 1 : !strcmp(t, "bf16") ? 2 : 0;
+                if (h && c->n_groups < MAX_FORMATS - 1) {
+                    c->f16[c->n_groups] = h;
+                    c->mults[c->n_groups] = c->groups[c->n_groups] = 0;
+                    c->n_groups++;
+                    continue;
+                }
                 char *mpart = strchr(t, 'm');
                 if (mpart)
                     *mpart++ = 0;
                 if (c->n_groups == MAX_FORMATS - 1 || parse_int(t, 32, 1024, &g) || g % 32 ||
                     (mpart && (parse_int(mpart, 2, 64, &l) || g == 32)))
-                    return usage("--groups: G or GmL (G a multiple of 32 up to 1024, L in "
-                                 "2..64 with G > 32), at most 11");
+                    return usage("--groups: G, GmL (G a multiple of 32 up to 1024, L in "
+                                 "2..64 with G > 32), f16 or bf16, at most 11");
+                c->f16[c->n_groups] = 0;
                 c->mults[c->n_groups] = l;
                 c->groups[c->n_groups++] = g;
             }
@@ -112,15 +126,21 @@ static unsigned long long mix(unsigned long long *s)
     return z ^ (z >> 31);
 }
 
-/* logits [tokens][V] of the stream under act_sim. */
-static int run_format(const eval_cfg *c, int act_sim, int mult, const int32_t *toks, float *logits,
-                      int64_t V)
+/* One format: memra_ref_model_config's act_sim, act_sim_mult, act_f16 (all 0: the engine). */
+typedef struct eval_format {
+    int act_sim, mult, f16;
+} eval_format;
+
+/* logits [tokens][V] of the stream under format f; counts: the sequence's f16 counts. */
+static int run_format(const eval_cfg *c, const eval_format *f, const int32_t *toks, float *logits,
+                      int64_t V, memra_ref_f16_counts *counts)
 {
     memra_ref_model_config mc;
     memra_ref_model_config_default(&mc);
     mc.n_threads = c->threads;
-    mc.act_sim = act_sim;
-    mc.act_sim_mult = mult;
+    mc.act_sim = f->act_sim;
+    mc.act_sim_mult = f->mult;
+    mc.act_f16 = f->f16;
     memra_ref_model *m = NULL;
     memra_ref_seq *s = NULL;
     memra_err e;
@@ -130,6 +150,8 @@ static int run_format(const eval_cfg *c, int act_sim, int mult, const int32_t *t
         rc = memra_ref_seq_init(m, (uint32_t)c->tokens, &s, &e);
     for (int t = 0; rc == MEMRA_OK && t < c->tokens; t++)
         rc = memra_ref_forward(m, s, toks[t], logits + (size_t)t * V, &e);
+    if (rc == MEMRA_OK)
+        memra_ref_seq_f16_counts(s, counts);
     if (rc != MEMRA_OK)
         fprintf(stderr, "memra-act-eval: %s\n", e.msg);
     memra_ref_seq_free(s);
@@ -212,29 +234,48 @@ int main(int argc, char **argv)
         "memra-act-eval\n  model   %s\n  stream  %d tokens (uniform, seed %llu), teacher-forced; "
         "%d threads\n  exact   f32 activations, dequantized weights, f64 dots\n",
         c.model, c.tokens, c.seed, c.threads);
-    if (run_format(&c, MEMRA_REF_ACT_F32, 0, toks, exact, V) != MEMRA_OK)
-        return 1;
-    int formats[MAX_FORMATS] = {0}, mults[MAX_FORMATS] = {0}; /* 0 = engine, then the groups */
+    int any_f16 = 0;
     for (int i = 0; i < c.n_groups; i++)
-        formats[i + 1] = c.groups[i], mults[i + 1] = c.mults[i];
-    char table[MAX_FORMATS][160];
+        any_f16 |= c.f16[i] != 0;
+    if (any_f16)
+        printf("  f16     f16 / bf16 activations (RN-even), weights dequantized to f16, f64 dots "
+               "(an fp32-accumulating MMA)\n");
+    memra_ref_f16_counts counts[MAX_FORMATS];
+    const eval_format exact_fmt = {.act_sim = MEMRA_REF_ACT_F32};
+    if (run_format(&c, &exact_fmt, toks, exact, V, &counts[0]) != MEMRA_OK)
+        return 1;
+    eval_format formats[MAX_FORMATS] = {{0}}; /* 0 = engine, then the groups */
+    for (int i = 0; i < c.n_groups; i++)
+        formats[i + 1] = (eval_format){.act_sim = c.groups[i], .mult = c.mults[i], .f16 = c.f16[i]};
+    char table[MAX_FORMATS][160], names[MAX_FORMATS][16];
     for (int f = 0; f <= c.n_groups; f++) {
-        if (run_format(&c, formats[f], mults[f], toks, got, V) != MEMRA_OK)
+        const eval_format *fm = &formats[f];
+        if (run_format(&c, fm, toks, got, V, &counts[f]) != MEMRA_OK)
             return 1;
         eval_stats st = {.rel = rel};
         compare(exact, got, c.tokens, V, &st);
         qsort(rel, (size_t)c.tokens, sizeof *rel, cmp_double);
-        char name[16];
-        if (formats[f] && mults[f])
-            snprintf(name, sizeof name, "G=%dm%d", formats[f], mults[f]);
-        else if (formats[f])
-            snprintf(name, sizeof name, "G=%d", formats[f]);
+        char *name = names[f], extra[160] = "";
+        if (fm->f16)
+            snprintf(name, sizeof names[f], "%s", fm->f16 == 1 ? "f16" : "bf16");
+        else if (fm->act_sim && fm->mult)
+            snprintf(name, sizeof names[f], "G=%dm%d", fm->act_sim, fm->mult);
+        else if (fm->act_sim)
+            snprintf(name, sizeof names[f], "G=%d", fm->act_sim);
         else
-            snprintf(name, sizeof name, "engine");
+            snprintf(name, sizeof names[f], "engine");
+        if (fm->f16)
+            snprintf(extra, sizeof extra,
+                     " act_values=%llu act_inf=%llu weight_values=%llu "
+                     "weight_nonfinite=%llu",
+                     (unsigned long long)counts[f].act_values,
+                     (unsigned long long)counts[f].act_inf,
+                     (unsigned long long)counts[f].weight_values,
+                     (unsigned long long)counts[f].weight_nonfinite);
         printf("act_eval format=%s tokens=%d rel_median=%.4g rel_max=%.4g max_abs=%.4g "
-               "top1=%.4f kl_mean=%.4g\n",
+               "top1=%.4f kl_mean=%.4g%s\n",
                name, c.tokens, rel[c.tokens / 2], rel[c.tokens - 1], st.max_abs,
-               (double)st.top1 / c.tokens, st.kl_sum / c.tokens);
+               (double)st.top1 / c.tokens, st.kl_sum / c.tokens, extra);
         snprintf(table[f], sizeof table[f], "%-8s %12.4g %12.4g %10.4g %8.1f%% %12.4g", name,
                  rel[c.tokens / 2], rel[c.tokens - 1], st.max_abs, 100.0 * st.top1 / c.tokens,
                  st.kl_sum / c.tokens);
@@ -244,6 +285,15 @@ int main(int argc, char **argv)
            "KL_mean");
     for (int f = 0; f <= c.n_groups; f++)
         printf("%s\n", table[f]);
+    if (any_f16) /* rounding to 16 bits: what overflowed (counted once per mat-vec / row read) */
+        printf("\n%-8s %14s %10s %16s %16s\n", "format", "act_values", "act_inf", "weight_values",
+               "weight_nonfinite");
+    for (int f = 1; any_f16 && f <= c.n_groups; f++)
+        if (formats[f].f16)
+            printf("%-8s %14llu %10llu %16llu %16llu\n", names[f],
+                   (unsigned long long)counts[f].act_values, (unsigned long long)counts[f].act_inf,
+                   (unsigned long long)counts[f].weight_values,
+                   (unsigned long long)counts[f].weight_nonfinite);
     free(toks), free(exact), free(got), free(rel);
     return 0;
 }

@@ -7,10 +7,16 @@
 #            a tick's submission (event records, cudaGraphLaunch of chains of 1..512 kernels
 #            with and without PDL edges, memcpy nodes, timing events inside or around the
 #            graph); bench/results/launch-probe-2026-12-04.txt.
+#   hmma     bench/hmma_probe.cu (mmvq-notes, "A tensor-core mat-vec, probed"): f16-dequant
+#            + mma.sync mat-vec on the 9b's shapes at B = 1..16 (speed, batch invariance by
+#            memcmp, accuracy), then the engine's mmvq on the same shapes in the same call
+#            (memra-gpu-tests' bandwidth table, MEMRA_GPU_BENCH_ONLY=1; .carry/cudabackend
+#            carried too). HMMA_ARGS=--quick leaves out the LM head.
 #
-#   bench/device-probe.sh carry            HERE: nvcc both into .carry/probe/ (CUDA runtime
-#                                          linked statically: nothing else to carry)
-#   bench/device-probe.sh [pattern|launch] THERE, .carry/probe carried: prints the table
+#   bench/device-probe.sh carry            HERE: nvcc the three into .carry/probe/ (CUDA
+#                                          runtime linked statically: nothing else to carry)
+#   bench/device-probe.sh [pattern|launch|hmma]
+#                                          THERE, .carry/probe carried: prints the table
 #                                          (default pattern; TICKS=N ticks per launch variant)
 set -eu
 cd "$(dirname "$0")/.."
@@ -18,10 +24,24 @@ if [ "${1:-}" = carry ]; then
   mkdir -p .carry/probe
   nvcc -O3 -arch=sm_90 -std=c++17 -o .carry/probe/pattern-probe bench/pattern_probe.cu
   nvcc -O3 -arch=sm_90 -std=c++17 -o .carry/probe/launch-probe bench/launch_probe.cu
+  nvcc -O3 -arch=sm_90 -std=c++17 -o .carry/probe/hmma-probe bench/hmma_probe.cu
   exit 0
 fi
 case "${1:-pattern}" in
   pattern) timeout 120 .carry/probe/pattern-probe ;;
   launch) timeout 120 .carry/probe/launch-probe "${TICKS:-400}" ;;
-  *) echo "usage: bench/device-probe.sh [carry|pattern|launch]" >&2; exit 2 ;;
+  hmma)
+    rc=0
+    # shellcheck disable=SC2086 # HMMA_ARGS: a flag or none
+    timeout "${HMMA_LIMIT:-240}" .carry/probe/hmma-probe ${HMMA_ARGS:-} || rc=$?
+    echo "hmma-probe rc=$rc"
+    if [ -x .carry/cudabackend/bin/memra-gpu-tests ]; then
+      echo "== the engine's mmvq (q8_1 activations), same shapes, same machine"
+      LD_LIBRARY_PATH=$PWD/.carry/cudabackend/lib:/usr/local/cuda/lib64 \
+        XDG_CACHE_HOME=/tmp/memra-cache MEMRA_GPU_BENCH_ONLY=1 CK_RUN_CASE=gpu CK_FORK=no \
+        timeout "${BASE_LIMIT:-150}" .carry/cudabackend/bin/memra-gpu-tests 2>&1 | tail -n 60
+    fi
+    exit "$rc"
+    ;;
+  *) echo "usage: bench/device-probe.sh [carry|pattern|launch|hmma]" >&2; exit 2 ;;
 esac

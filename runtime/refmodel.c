@@ -13,8 +13,8 @@
  * (checked against the tensor's byte size) and every element-wise weight is an owned f32 array
  * of the shape qwen35.c checked.
  *
- * Sections: ops (spec §3.1-3.5 primitives) → mat-vec → model load → sequence state → the
- * blocks (attention, GDN, FFN) → forward.
+ * Sections: ops (spec §3.1-3.5 primitives) → 16-bit operands (config.act_f16) → mat-vec →
+ * model load → sequence state → the blocks (attention, GDN, FFN) → forward.
  */
 #include "refmodel.h"
 
@@ -161,6 +161,113 @@ int32_t memra_ref_argmax(const float *logits, int64_t n)
 }
 
 /* ======================================================================================== */
+/* 16-bit operands (config.act_f16): what a tensor-core mat-vec would feed its MMA           */
+/* ======================================================================================== */
+
+/* x rounded once to f16 (RN-even, ±Inf from 65520 = 65504 + half an ulp up), returned as the
+ * f32 of that f16. Where x is exact in f32 the bit conversion is the one rounding; elsewhere x
+ * is scaled by a power of two so that the f16 quantum there (2^(e-10), 2^-24 for
+ * subnormals) becomes 1 and nearbyint (the default rounding mode: ties to even) rounds. */
+static float f16_round(double x)
+{
+    const float f = (float)x;
+    if ((double)f == x)
+        return memra_fp16_to_f32(memra_f32_to_fp16(f));
+    if (!(fabs(x) < 65520.0))
+        return isnan(x) ? NAN : copysignf(INFINITY, f);
+    int e;
+    frexp(x, &e); /* |x| in [2^(e-1), 2^e) */
+    const int q = (e - 1 < -14 ? -14 : e - 1) - 10;
+    return (float)ldexp(nearbyint(ldexp(x, -q)), q);
+}
+
+static uint16_t rd_u16(const uint8_t *p)
+{
+    return (uint16_t)(p[0] | p[1] << 8);
+}
+
+/* One q4_K block (144 B: d, dmin f16; scales[12], the 6-bit sc_k, m_k packed as quant.c's
+ * kq_unpack_scales reads them; qs[128]: element 32k + l is the low nibble of qs[32(k/2) + l]
+ * for even k, the high one for odd k). Per sub-block the 16 codes give 16 possible weights,
+ * rounded once each. The layout is checked against memra_dequantize_row by test_refmodel. */
+static void deq_q4_k_f16(const uint8_t *b, float *y)
+{
+    const double d = memra_fp16_to_f32(rd_u16(b)), dmin = memra_fp16_to_f32(rd_u16(b + 2));
+    const uint8_t *S = b + 4, *qs = b + 16;
+    for (int k = 0; k < 8; k++) {
+        const int sc = k < 4 ? S[k] & 63 : (S[k + 4] & 15) | (S[k - 4] >> 6) << 4;
+        const int mn = k < 4 ? S[k + 4] & 63 : (S[k + 4] >> 4) | (S[k] >> 6) << 4;
+        const double ds = f16_round(d * sc), dm = f16_round(dmin * mn);
+        float w[16];
+        for (int q = 0; q < 16; q++)
+            w[q] = f16_round(q * ds - dm); /* exact in f64: both are f16 values */
+        const uint8_t *src = qs + 32 * (k / 2);
+        for (int l = 0; l < 32; l++)
+            y[32 * k + l] = w[k & 1 ? src[l] >> 4 : src[l] & 15];
+    }
+}
+
+/* One q6_K block (210 B: ql[128], qh[64], scales[16] int8, d f16; element e, h = e / 128,
+ * r = e % 128, k = r / 32, l = r % 32: low 4 bits from ql[64h + l + 32(k & 1)] (low nibble
+ * for k < 2), high 2 from qh[32h + l] >> 2k), as quant.c's unpack_q6_k reads it. */
+static void deq_q6_k_f16(const uint8_t *b, float *y)
+{
+    const double d = memra_fp16_to_f32(rd_u16(b + 208));
+    const int8_t *sc = (const int8_t *)(b + 192);
+    for (int e = 0; e < 256; e++) {
+        const int h = e / 128, k = e % 128 / 32, l = e % 32;
+        const uint8_t lo = b[64 * h + l + 32 * (k & 1)], hi = b[128 + 32 * h + l];
+        const int q = (k < 2 ? lo & 15 : lo >> 4) | ((hi >> 2 * k) & 3) << 4;
+        y[e] = (float)(q - 32); /* the code, scaled below */
+    }
+    for (int g = 0; g < 16; g++) {
+        const double ds = f16_round(d * sc[g]);
+        for (int j = 0; j < 16; j++)
+            y[16 * g + j] = f16_round(y[16 * g + j] * ds);
+    }
+}
+
+/* memra_ref_dequantize_row_f16 without the argument checks (n a whole number of blocks). */
+static int64_t deq_row_f16(memra_qtype t, const uint8_t *src, float *y, int64_t n)
+{
+    if (t == MEMRA_QT_Q4_K || t == MEMRA_QT_Q6_K) {
+        const size_t bytes = t == MEMRA_QT_Q4_K ? 144 : 210;
+        for (int64_t i = 0; i < n; i += 256, src += bytes)
+            (t == MEMRA_QT_Q4_K ? deq_q4_k_f16 : deq_q6_k_f16)(src, y + i);
+    } else {
+        if (memra_dequantize_row(t, src, y, n) != 0)
+            return -1;
+        for (int64_t i = 0; i < n; i++)
+            y[i] = memra_fp16_to_f32(memra_f32_to_fp16(y[i])); /* y is exact: one rounding */
+    }
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; i++)
+        bad += !isfinite(y[i]);
+    return bad;
+}
+
+int64_t memra_ref_dequantize_row_f16(memra_qtype t, const void *src, float *dst, int64_t n)
+{
+    if (!src || !dst || n <= 0 || !memra_quant_can_dequantize(t) ||
+        memra_quant_row_bytes(t, n) == 0)
+        return -1;
+    return deq_row_f16(t, src, dst, n);
+}
+
+/* config.act_f16: x rounded once to f16 (mode 1) or bf16 (mode 2), RN-even. Returns how many
+ * finite values overflowed to ±Inf. */
+static uint64_t act_round16(const float *x, float *xo, int64_t n, int mode)
+{
+    uint64_t inf = 0;
+    for (int64_t i = 0; i < n; i++) {
+        xo[i] = mode == 1 ? memra_fp16_to_f32(memra_f32_to_fp16(x[i]))
+                          : memra_bf16_to_f32(memra_f32_to_bf16(x[i]));
+        inf += isfinite(x[i]) && isinf(xo[i]);
+    }
+    return inf;
+}
+
+/* ======================================================================================== */
 /* Mat-vec                                                                                  */
 /* ======================================================================================== */
 
@@ -199,11 +306,24 @@ typedef struct mv_job {
     float scale;
     int use_scale;
     const ref_act *a;
-    const float *xsim; /* [n_in] simulated activations (config act_sim), else NULL */
+    const float *xsim; /* [n_in] simulated activations (config act_sim / act_f16), else NULL */
+    int f16;           /* with xsim: 1 = rows dequantized to f16 (config act_f16) */
+    uint64_t w_bad;    /* out, f16: weights that were not finite */
     float *y;
     float *rowbuf; /* [n_in], for the f32 and simulated paths */
     int64_t r0, r1;
 } mv_job;
+
+/* What a mat-vec reads besides the weight and its input: the model's knobs, the sequence's
+ * scratch and counters. */
+typedef struct mv_ctx {
+    float *rowbufs; /* [n_threads, rowbuf_stride] */
+    int64_t rowbuf_stride;
+    int n_threads;
+    int act_sim, act_mult, act_f16; /* config act_sim, act_sim_mult, act_f16 */
+    float *xsim;                    /* [rowbuf_stride] the simulated activations */
+    memra_ref_f16_counts *counts;   /* the sequence's (act_f16) */
+} mv_ctx;
 
 /* config.act_sim: x rounded with one q8_1-style scale per g elements (g > 0), or copied;
  * mult > 0 (config.act_sim_mult): each 32 elements of a group scale that by m / mult. */
@@ -238,15 +358,18 @@ static void act_simulate(const float *x, float *xo, int64_t n, int g, int mult)
     }
 }
 
-static void mv_rows(const mv_job *j)
+static void mv_rows(mv_job *j)
 {
     const ref_mat *w = j->w;
     for (int64_t r = j->r0; r < j->r1; r++) {
         const uint8_t *row = j->base + (size_t)r * w->row_bytes;
         float v;
         if (j->xsim) {
-            memra_dequantize_row(w->type, row, j->rowbuf, w->n_in);
-            double acc = 0.0;
+            if (j->f16) /* the row's type was checked at load: never -1 */
+                j->w_bad += (uint64_t)deq_row_f16(w->type, row, j->rowbuf, w->n_in);
+            else
+                memra_dequantize_row(w->type, row, j->rowbuf, w->n_in);
+            double acc = 0.0; /* act_f16: an fp32-accumulating MMA, without its roundings */
             for (int64_t i = 0; i < w->n_in; i++)
                 acc += (double)j->rowbuf[i] * j->xsim[i];
             v = (float)acc;
@@ -274,13 +397,17 @@ static void *mv_thread(void *arg)
  * would cost more than it saves. */
 #define REF_MV_PARALLEL_MIN (1 << 18)
 
-/* y[n_out] = W_expert · x. rowbufs: [n_threads, max_in]. Rows are split in contiguous ranges;
- * each row's value depends only on the row, so the split never changes a bit. */
-static void ref_matvec(const ref_mat *w, int64_t expert, ref_act *a, float *y, float *rowbufs,
-                       int64_t rowbuf_stride, int n_threads, int act_sim, int act_mult, float *xsim)
+/* y[n_out] = W_expert · x. Rows are split in contiguous ranges; each row's value depends only
+ * on the row, so the split never changes a bit. */
+static void ref_matvec(const mv_ctx *c, const ref_mat *w, int64_t expert, ref_act *a, float *y)
 {
-    if (w->q8 && act_sim)
-        act_simulate(a->x, xsim, a->n, act_sim, act_mult);
+    float *xsim = c->xsim;
+    const int f16 = w->q8 && c->act_f16;
+    if (f16) {
+        c->counts->act_inf += act_round16(a->x, xsim, a->n, c->act_f16);
+        c->counts->act_values += (uint64_t)a->n;
+    } else if (w->q8 && c->act_sim)
+        act_simulate(a->x, xsim, a->n, c->act_sim, c->act_mult);
     else
         xsim = NULL;
     if (xsim == NULL && w->q8 && !a->quantized) {
@@ -288,7 +415,7 @@ static void ref_matvec(const ref_mat *w, int64_t expert, ref_act *a, float *y, f
         a->quantized = 1;
     }
     mv_job jobs[REF_MAX_THREADS];
-    int nt = n_threads;
+    int nt = c->n_threads;
     if ((int64_t)w->n_out * w->n_in < REF_MV_PARALLEL_MIN || w->n_out < nt)
         nt = 1;
     pthread_t tid[REF_MAX_THREADS];
@@ -301,8 +428,9 @@ static void ref_matvec(const ref_mat *w, int64_t expert, ref_act *a, float *y, f
             .scale = w->scale ? w->scale[w->scale_n > 1 ? expert : 0] : 1.0f,
             .a = a,
             .xsim = xsim,
+            .f16 = f16,
             .y = y,
-            .rowbuf = rowbufs + t * rowbuf_stride,
+            .rowbuf = c->rowbufs + t * c->rowbuf_stride,
             .r0 = w->n_out * t / nt,
             .r1 = w->n_out * (t + 1) / nt,
         };
@@ -315,6 +443,10 @@ static void ref_matvec(const ref_mat *w, int64_t expert, ref_act *a, float *y, f
             pthread_join(tid[t], NULL);
         else
             mv_rows(&jobs[t]);
+    }
+    for (int t = 0; f16 && t < nt; t++) {
+        c->counts->weight_nonfinite += jobs[t].w_bad;
+        c->counts->weight_values += (uint64_t)(jobs[t].r1 - jobs[t].r0) * (uint64_t)w->n_in;
     }
 }
 
@@ -355,6 +487,7 @@ struct memra_ref_model {
     int n_threads;
     int act_sim;      /* config.act_sim */
     int act_sim_mult; /* config.act_sim_mult */
+    int act_f16;      /* config.act_f16 */
 };
 
 void memra_ref_model_config_default(memra_ref_model_config *cfg)
@@ -362,6 +495,7 @@ void memra_ref_model_config_default(memra_ref_model_config *cfg)
     cfg->n_threads = 1;
     cfg->act_sim = 0;
     cfg->act_sim_mult = 0;
+    cfg->act_f16 = 0;
 }
 
 const memra_qwen35_hparams *memra_ref_model_hparams(const memra_ref_model *m)
@@ -525,8 +659,15 @@ int memra_ref_model_open_gguf(memra_gguf *g, const memra_ref_model_config *cfg,
                         "act_sim_mult = %d: 0, or 2..64 with act_sim > 32", cfg->act_sim_mult);
         goto fail;
     }
+    if (cfg->act_f16 < 0 || cfg->act_f16 > 2 || (cfg->act_f16 && cfg->act_sim)) {
+        rc = MEMRA_FAIL(err, MEMRA_ERR_INVALID_ARG,
+                        "act_f16 = %d: 0, 1 (f16) or 2 (bf16), nonzero only with act_sim = 0",
+                        cfg->act_f16);
+        goto fail;
+    }
     m->act_sim = cfg->act_sim;
     m->act_sim_mult = cfg->act_sim_mult;
+    m->act_f16 = cfg->act_f16;
     MEMRA_TRY(memra_qwen35_hparams_load(g, &m->hp, err));
     m->w = calloc(1, sizeof *m->w);
     m->layers = calloc(m->hp.n_layer, sizeof *m->layers);
@@ -582,7 +723,8 @@ void memra_ref_model_close(memra_ref_model *m)
 struct memra_ref_seq {
     const memra_ref_model *m; /* borrowed */
     uint32_t pos, n_ctx;
-    void *arena; /* owns everything below */
+    memra_ref_f16_counts f16_counts; /* config.act_f16 */
+    void *arena;                     /* owns everything below */
     size_t arena_bytes;
     /* state */
     uint16_t *k_cache, *v_cache; /* f16 [n_attn_layers, n_ctx, Hkv·dh] */
@@ -603,7 +745,7 @@ struct memra_ref_seq {
     int32_t *route_ids;             /* [k] */
     float *expert_out, *moe_acc;    /* [D] */
     float *rowbufs;                 /* [n_threads, max_in] */
-    float *xsim;                    /* [max_in] config.act_sim's activations */
+    float *xsim;                    /* [max_in] config.act_sim's / act_f16's activations */
     memra_block_q8_1 *q_in, *q_mid; /* q8_1 of the block input [D/32] and of mid activations */
 };
 
@@ -660,7 +802,7 @@ static void seq_layout(memra_ref_seq *s, arena_cursor *c)
     s->expert_out = arena_take(c, D, sizeof(float));
     s->moe_acc = arena_take(c, D, sizeof(float));
     s->rowbufs = arena_take(c, (size_t)m->n_threads * (size_t)m->max_in, sizeof(float));
-    s->xsim = arena_take(c, m->act_sim ? (size_t)m->max_in : 0, sizeof(float));
+    s->xsim = arena_take(c, m->act_sim || m->act_f16 ? (size_t)m->max_in : 0, sizeof(float));
     s->q_in = arena_take(c, D / 32 + 1, sizeof(memra_block_q8_1));
     s->q_mid = arena_take(c, mid / 32 + 1, sizeof(memra_block_q8_1));
 }
@@ -720,6 +862,12 @@ void memra_ref_seq_reset(memra_ref_seq *s)
 {
     memset(s->arena, 0, s->arena_bytes);
     s->pos = 0;
+    s->f16_counts = (memra_ref_f16_counts){0};
+}
+
+void memra_ref_seq_f16_counts(const memra_ref_seq *s, memra_ref_f16_counts *out)
+{
+    *out = s->f16_counts;
 }
 
 /* ======================================================================================== */
@@ -729,8 +877,17 @@ void memra_ref_seq_reset(memra_ref_seq *s)
 static void matvec(const memra_ref_model *m, memra_ref_seq *s, const ref_mat *w, int64_t expert,
                    ref_act *a, float *y)
 {
-    ref_matvec(w, expert, a, y, s->rowbufs, m->max_in, m->n_threads, m->act_sim, m->act_sim_mult,
-               s->xsim);
+    const mv_ctx c = {
+        .rowbufs = s->rowbufs,
+        .rowbuf_stride = m->max_in,
+        .n_threads = m->n_threads,
+        .act_sim = m->act_sim,
+        .act_mult = m->act_sim_mult,
+        .act_f16 = m->act_f16,
+        .xsim = s->xsim,
+        .counts = &s->f16_counts,
+    };
+    ref_matvec(&c, w, expert, a, y);
 }
 
 /* §3.3 gated full attention at position s->pos; input s->h, output out [D]. */

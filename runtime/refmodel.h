@@ -36,6 +36,7 @@
 
 #include "err.h"
 #include "gguf.h"
+#include "qtype.h"
 #include "qwen35.h"
 
 typedef struct memra_ref_model memra_ref_model;
@@ -55,10 +56,19 @@ typedef struct memra_ref_model_config {
      * integer multiplier m in 1..L, step = fp16(d) m / L with m = ceil(L amax_32 / amax), so
      * a 32-block far below its group's largest value keeps a finer step (run 22). */
     int act_sim_mult;
+    /* An accuracy experiment of a tensor-core mat-vec, NOT the engine's arithmetic (default 0;
+     * nonzero only with act_sim = 0). 1 (f16) or 2 (bf16): every mat-vec whose weight has a
+     * q8_1 dot rounds its input once to f16 (1) or bfloat16 (2), RN-even, ±Inf on overflow
+     * (counted: memra_ref_seq_f16_counts), instead of quantizing it to q8_1; dequantizes its
+     * rows to f16 as a GPU would (memra_ref_dequantize_row_f16, both values); and sums the
+     * exact products in f64, standing for an MMA that accumulates in fp32 (f16 x f16 and
+     * bf16 x f16 products are exact in fp32; only the accumulation would round).
+     * bench/act_eval.c's formats "f16" and "bf16". */
+    int act_f16;
 } memra_ref_model_config;
 #define MEMRA_REF_ACT_F32 (-1)
 
-/* Defaults: n_threads = 1, act_sim = 0, act_sim_mult = 0. */
+/* Defaults: n_threads = 1, act_sim = 0, act_sim_mult = 0, act_f16 = 0. */
 void memra_ref_model_config_default(memra_ref_model_config *cfg);
 
 /* Open a GGUF file, load and validate hparams, bind and check every tensor, convert the small
@@ -81,8 +91,19 @@ int memra_ref_seq_init(const memra_ref_model *m, uint32_t n_ctx, memra_ref_seq *
                        memra_err *err);
 void memra_ref_seq_free(memra_ref_seq *s);          /* NULL is a no-op */
 uint32_t memra_ref_seq_pos(const memra_ref_seq *s); /* tokens consumed so far */
-/* Forget everything: position 0, zero recurrent state (the KV cache is overwritten later). */
+/* Forget everything: position 0, zero recurrent state (the KV cache is overwritten later),
+ * zero f16 counts. */
 void memra_ref_seq_reset(memra_ref_seq *s);
+
+/* With config.act_f16: what rounding to 16 bits did in this sequence since init or reset. An
+ * activation is counted once per mat-vec that reads it, a weight once per read of its row. */
+typedef struct memra_ref_f16_counts {
+    uint64_t act_values;       /* activations rounded to f16 / bf16 */
+    uint64_t act_inf;          /* of them, finite values that overflowed to ±Inf */
+    uint64_t weight_values;    /* weights dequantized to f16 */
+    uint64_t weight_nonfinite; /* of them, ±Inf or NaN (an f16 scale overflow) */
+} memra_ref_f16_counts;
+void memra_ref_seq_f16_counts(const memra_ref_seq *s, memra_ref_f16_counts *out);
 
 /* Run `token` at position memra_ref_seq_pos(s), write n_vocab logits, advance the position.
  * MEMRA_ERR_INVALID_ARG for a token outside [0, n_vocab), MEMRA_ERR_CAPACITY when the
@@ -92,6 +113,17 @@ int memra_ref_forward(const memra_ref_model *m, memra_ref_seq *s, int32_t token,
 
 /* Greedy choice: index of the largest logit, lowest index on ties; NaN never wins. */
 int32_t memra_ref_argmax(const float *logits, int64_t n);
+
+/* config.act_f16's weights: n elements of type t (a whole number of blocks) dequantized to f16
+ * as a GPU kernel converting to half for an MMA would, each written as the f32 of an f16:
+ *   q4_K, per 32-element sub-block k: ds = f16(d sc_k), dm = f16(dmin m_k),
+ *         w = f16(q ds - dm);
+ *   q6_K, per 16-element group g: ds = f16(d sc_g) (sc_g the int8 scale), w = f16((q - 32) ds);
+ *   any other type: w = f16(the value memra_dequantize_row gives).
+ * Every f16() is one RN-even rounding of the exact value (products and differences are taken
+ * in f64, where they are exact), ±Inf past 65504. Returns how many outputs are not finite, or
+ * -1 for a type memra_dequantize_row refuses or an n that is not a whole number of blocks. */
+int64_t memra_ref_dequantize_row_f16(memra_qtype t, const void *src, float *dst, int64_t n);
 
 /* ======================================================================================== */
 /* The ops (spec §3), exposed for tests and for other backends' CPU comparisons.            */

@@ -11,6 +11,7 @@
 # OPS_CASE=attn_decode runs that case of the op tests alone (CK_RUN_CASE). AB="base v1 v2" runs
 # bench/device-ab.sh on those variants (prepared here, .carry/ab carried) after the op tests
 # and before the bench, with AB_ARGS and AB_BUDGET (default 240 s): one call, one machine start.
+# PROBE=hmma runs bench/device-probe.sh hmma (.carry/probe carried) while the 9b forges.
 #
 #   scripts/device-all.sh carry   HERE (both carry folders)
 #   scripts/device-quick.sh       THERE, with .carry/cudabackend and .carry/bench carried
@@ -36,6 +37,10 @@ if [ "${BENCH:-1}" != 0 ]; then forge_9b_bg 240; else forge=; fi
     echo "memra-gpu-tests rc=$?" >>"$out/mmvq.log"
   fi
 )
+if [ -n "${PROBE:-}" ]; then # a standalone probe while the forge runs on the CPUs
+  bench/device-probe.sh "$PROBE" >"$out/probe.txt" 2>&1
+  echo "device-probe $PROBE rc=$?" >>"$out/probe.txt"
+fi
 [ -n "$forge" ] && wait "$forge"
 if [ -n "${AB:-}" ]; then # the variants' A/B on the forged 9b (device-ab.sh forges when it is missing)
   mkdir -p "$out/ab"
@@ -53,6 +58,7 @@ if [ -n "${SASS_KEYS:-}" ]; then
   # shellcheck disable=SC2086 # a list of keys
   OUT=$out bench/device-sass.sh $SASS_KEYS
 fi
+[ -f "$out/probe.txt" ] && grep -E "^TABLE\||invariance|FAIL|PASS|rc=|^hmma-probe|^host|^  S=|ACCURACY|INVARIANCE" "$out/probe.txt" | cut -c1-240
 [ -f "$out/ab/ab.txt" ] && cat "$out/ab/ab.txt"
 [ -f "$out/bench/summary.txt" ] && tail -n 30 "$out/bench/summary.txt"
 [ -f "$out/ncu-digest.txt" ] && tail -n 40 "$out/ncu-digest.txt" | cut -c1-200

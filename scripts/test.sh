@@ -27,4 +27,8 @@ if [ -f cmake/nvrtc.cmake ] && command -v nvcc >/dev/null 2>&1; then
   cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
   cmake --build build -j "$(nproc)" --target test_nvrtc
   (cd build && ./test_nvrtc)
+  # bench/hmma_probe.cu (the tensor-core mat-vec probe): compiles, and its bit work replayed
+  # on the host matches the reference dequantization (the device part runs on the GPU only)
+  nvcc -O3 -arch=sm_90 -std=c++17 -o "$tmp/hmma-probe" bench/hmma_probe.cu
+  "$tmp/hmma-probe" --host-check
 fi

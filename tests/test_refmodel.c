@@ -616,6 +616,168 @@ START_TEST(test_argmax)
 }
 END_TEST
 
+/* memra_ref_dequantize_row_f16 (config.act_f16's weights), on blocks built by hand from the
+ * layouts of spec/gguf-and-quants.md §3.4-3.5 (not from refmodel.c). Each expected value was
+ * worked out by hand (and checked with numpy.float16): d = 1 + 2^-10, dmin = 1 + 3·2^-10, so
+ * d·3 = 3 + 1.5 quanta of 2^-9 is a tie and rounds to even (3.00390625), dmin·3 ties down to
+ * 3.0078125, and 3·ds, 5·ds are ties of the weight rounding that go up and down. A value
+ * rounded twice (the product, then again after subtracting dm) or half away from zero would
+ * miss at least one of them. */
+static void put_q4_k_code(uint8_t *blk, int e, int q) /* element e = 32k + l */
+{
+    const int k = e / 32, l = e % 32;
+    uint8_t *b = blk + 16 + 32 * (k / 2) + l;
+    *b = (uint8_t)(k % 2 ? (*b & 15) | q << 4 : (*b & 0xF0) | q);
+}
+
+static void put_q4_k_scales(uint8_t *blk, const uint8_t sc[8], const uint8_t m[8])
+{
+    uint8_t *S = blk + 4; /* 6-bit sc, m: bytes 0-3 / 4-7 low 6 bits (k < 4), 8-11 nibbles */
+    for (int k = 0; k < 4; k++) {
+        S[k] = (uint8_t)(sc[k] | (sc[k + 4] >> 4) << 6);
+        S[k + 4] = (uint8_t)(m[k] | (m[k + 4] >> 4) << 6);
+        S[k + 8] = (uint8_t)((sc[k + 4] & 15) | (m[k + 4] & 15) << 4);
+    }
+}
+
+static void put_q6_k_code(uint8_t *blk, int e, int q) /* q in 0..63; the value is q - 32 */
+{
+    const int h = e / 128, k = e % 128 / 32, l = e % 32;
+    uint8_t *lo = blk + 64 * h + l + 32 * (k & 1), *hi = blk + 128 + 32 * h + l;
+    *lo = (uint8_t)(k < 2 ? (*lo & 0xF0) | (q & 15) : (*lo & 15) | (q & 15) << 4);
+    *hi = (uint8_t)((*hi & ~(3 << 2 * k)) | (q >> 4) << 2 * k);
+}
+
+static void put_f16(uint8_t *p, uint16_t h)
+{
+    p[0] = (uint8_t)h, p[1] = (uint8_t)(h >> 8);
+}
+
+START_TEST(test_dequantize_f16)
+{
+    static const struct {
+        int k, q;
+        float w;
+    } q4[] = {
+        /* k 0: sc 3, m 3: ds = 3.00390625, dm = 3.0078125 */
+        {0, 0, -3.0078125f},
+        {0, 1, -0.00390625f},
+        {0, 2, 3.0f},
+        {0, 3, 6.00390625f},
+        {0, 15, 42.0625f}, /* 42.05078125 = 1345.625 quanta of 2^-5 */
+        /* k 1: sc 1, m 0: ds = d */
+        {1, 3, 3.00390625f}, /* 3.0029296875: a tie, to even (up) */
+        {1, 5, 5.00390625f},
+        {1, 7, 7.0078125f},
+        {1, 9, 9.0078125f},
+        {1, 13, 13.015625f},
+        /* k 2: sc 3, m 0 */
+        {2, 3, 9.015625f},  /* 9.01171875: 1.5 quanta of 2^-7, to even (up) */
+        {2, 5, 15.015625f}, /* 15.01953125: 2.5 quanta, to even (down) */
+        /* k 5: sc 37, m 50 (both past 15: the packed top bits): ds = 37.03125, dm = 50.15625 */
+        {5, 0, -50.15625f},
+        {5, 1, -13.125f},
+        {5, 15, 505.25f}, /* 505.3125 = 2021.25 quanta of 2^-2 */
+        {3, 7, 0.0f},     /* sc = m = 0 */
+    };
+    uint8_t b4[144] = {0};
+    put_f16(b4, 0x3C01);     /* d = 1 + 2^-10 */
+    put_f16(b4 + 2, 0x3C03); /* dmin = 1 + 3·2^-10 */
+    const uint8_t sc4[8] = {3, 1, 3, 0, 0, 37, 0, 0}, m4[8] = {3, 0, 0, 0, 0, 50, 0, 0};
+    put_q4_k_scales(b4, sc4, m4);
+    for (size_t i = 0; i < sizeof q4 / sizeof q4[0]; i++)
+        put_q4_k_code(b4, 32 * q4[i].k + 2 * (int)i, q4[i].q); /* distinct elements */
+    float y[512];
+    ck_assert_int_eq(memra_ref_dequantize_row_f16(MEMRA_QT_Q4_K, b4, y, 256), 0);
+    for (size_t i = 0; i < sizeof q4 / sizeof q4[0]; i++) {
+        const int e = 32 * q4[i].k + 2 * (int)i;
+        ck_assert_msg(y[e] == q4[i].w, "q4_K element %d (k %d, q %d): %.10g, want %.10g", e,
+                      q4[i].k, q4[i].q, (double)y[e], (double)q4[i].w);
+    }
+
+    static const struct {
+        int g, q;
+        float w;
+    } q6[] = {
+        /* g 0: sc 3: ds = 3.00390625 */
+        {0, 63, 93.125f}, /* 93.12109375 = 1489.9375 quanta of 2^-4 */
+        {0, 0, -96.125f},
+        {0, 32, 0.0f},
+        {0, 33, 3.00390625f},
+        {0, 35, 9.015625f},  /* a tie, up */
+        {0, 37, 15.015625f}, /* a tie, down */
+        /* g 1: sc -3 */
+        {1, 63, -93.125f},
+        {1, 0, 96.125f},
+        /* g 5: sc -128: ds = -128.125 */
+        {5, 0, 4100.0f},
+        {5, 63, -3972.0f}, /* -3971.875 = 1985.9375 quanta of 2 */
+        {5, 34, -256.25f},
+        /* g 7: sc 100: ds = 100.125 (100.09765625 rounded) */
+        {7, 0, -3204.0f},
+        {7, 63, 3104.0f}, /* 3103.875 */
+    };
+    uint8_t b6[2 * 210] = {0};
+    for (int e = 0; e < 256; e++)
+        put_q6_k_code(b6, e, 32); /* value 0 */
+    int8_t *sc6 = (int8_t *)(b6 + 192);
+    sc6[0] = 3, sc6[1] = -3, sc6[5] = -128, sc6[7] = 100;
+    put_f16(b6 + 208, 0x3C01);
+    for (size_t i = 0; i < sizeof q6 / sizeof q6[0]; i++)
+        put_q6_k_code(b6, 16 * q6[i].g + (int)i % 16, q6[i].q);
+    /* the second block: d = 65504, every scale 2: ds overflows, so every weight is Inf or
+     * (code 32: 0 · Inf) NaN, and all 256 are counted */
+    for (int e = 0; e < 256; e++)
+        put_q6_k_code(b6 + 210, e, e % 64);
+    memset(b6 + 210 + 192, 2, 16);
+    put_f16(b6 + 210 + 208, 0x7BFF);
+    ck_assert_int_eq(memra_ref_dequantize_row_f16(MEMRA_QT_Q6_K, b6, y, 512), 256);
+    for (size_t i = 0; i < sizeof q6 / sizeof q6[0]; i++) {
+        const int e = 16 * q6[i].g + (int)i % 16;
+        ck_assert_msg(y[e] == q6[i].w, "q6_K element %d (g %d, q %d): %.10g, want %.10g", e,
+                      q6[i].g, q6[i].q, (double)y[e], (double)q6[i].w);
+    }
+    ck_assert(isnan(y[256 + 32]) && y[256 + 33] == INFINITY && y[256] == -INFINITY);
+
+    /* any other type: its exact value rounded once (ties to even, subnormals, overflow) */
+    const float xf[8] = {1.0f + 0x1p-11f, 1.0f + 0x3p-11f, 70000.0f, 65519.0f,
+                         1e-8f,           65520.0f,        3e-8f,    0x3p-25f};
+    const float want[8] = {1.0f, 1.001953125f, INFINITY, 65504.0f,
+                           0.0f, INFINITY,     0x1p-24f, 0x1p-23f};
+    ck_assert_int_eq(memra_ref_dequantize_row_f16(MEMRA_QT_F32, xf, y, 8), 2);
+    for (int i = 0; i < 8; i++)
+        ck_assert_msg(y[i] == want[i], "f32 %d: %.10g, want %.10g", i, (double)y[i],
+                      (double)want[i]);
+    ck_assert_int_eq(memra_ref_dequantize_row_f16(MEMRA_QT_Q4_K, b4, y, 100), -1);
+
+    /* the layouts against memra_dequantize_row on quantized random rows: q6_K's weight is
+     * c·ds with ds = d·sc(1 + δ), so it is within 2^-10 (two roundings of 2^-11) of the exact
+     * value (plus the product of the two); q4_K's error q(ds - D) - (dm - M) + one rounding is at
+     * most 2^-9 of its sub-block's largest |value| (15·D <= 2·max unless M dominates). A block read
+     * with the wrong element or scale order misses by a good part of the values themselves. */
+    tu_rng r;
+    tu_rng_seed(&r, 112);
+    float x[512], ref[512];
+    uint8_t row[2 * 210];
+    fill_normal(&r, x, 512, 1.0f);
+    const memra_qtype types[2] = {MEMRA_QT_Q4_K, MEMRA_QT_Q6_K};
+    for (int t = 0; t < 2; t++) {
+        ck_assert_int_eq(memra_quantize_row(types[t], x, row, 512), 0);
+        ck_assert_int_eq(memra_dequantize_row(types[t], row, ref, 512), 0);
+        ck_assert_int_eq(memra_ref_dequantize_row_f16(types[t], row, y, 512), 0);
+        for (int i = 0; i < 512; i++) {
+            float amax = 0.0f;
+            for (int j = i / 32 * 32; j < i / 32 * 32 + 32; j++)
+                amax = fmaxf(amax, fabsf(ref[j]));
+            const float tol = t == 0 ? 0x1p-9f * amax : 0x1.01p-10f * fabsf(ref[i]);
+            ck_assert_msg(fabsf(y[i] - ref[i]) <= tol, "%s %d: f16 %.8g, exact %.8g (tol %.3g)",
+                          t == 0 ? "q4_K" : "q6_K", i, (double)y[i], (double)ref[i], (double)tol);
+            ck_assert(memra_fp16_to_f32(memra_f32_to_fp16(y[i])) == y[i]); /* an f16 value */
+        }
+    }
+}
+END_TEST
+
 /* ======================================================================================== */
 /* 2. A small-model GGUF writer (f32 weights, every knob damageable)                       */
 /* ======================================================================================== */
@@ -2059,6 +2221,80 @@ START_TEST(test_act_sim_mult)
 }
 END_TEST
 
+/* config.act_f16 (bench/act_eval.c's "f16" / "bf16": a tensor-core mat-vec's operands). The
+ * engine's q8_1 activations (8 bits, one scale per 32) put the logits 0.0114 from the exact
+ * run's here (test_act_sim); f16 activations and f16 weights, 11 bits each, measure 0.0014
+ * and bf16 activations (8 bits, no shared scale) 0.0036: the bounds ask for 0.25 and 0.5 of
+ * the engine's distance (so a run that quietly fell back to q8_1 or exact activations fails:
+ * that needs the 1e-6 floor too), and for f16 to be closer than bf16. A run does not depend
+ * on the thread count (memcmp); the counts see every activation and weight rounded and no
+ * overflow, and are zero without act_f16 and after a reset; out-of-range values and
+ * act_f16 with act_sim are refused. */
+START_TEST(test_act_f16)
+{
+    enum { N = 4, RUNS = 5 };
+    const int32_t tok[N] = {3, 500, 77, 1000};
+    const int sims[RUNS] = {MEMRA_REF_ACT_F32, 0, 0, 0, 0}, f16[RUNS] = {0, 0, 1, 2, 1};
+    char path[256];
+    memra_err err;
+    forge_small("q4_k_m", path, sizeof path);
+    float *l[RUNS];
+    memra_ref_f16_counts counts[RUNS];
+    uint32_t V = 0;
+    for (int i = 0; i < RUNS; i++) {
+        memra_ref_model_config cfg;
+        memra_ref_model_config_default(&cfg);
+        cfg.act_sim = sims[i];
+        cfg.act_f16 = f16[i];
+        cfg.n_threads = i == 4 ? 2 : 1;
+        memra_ref_model *m;
+        memra_ref_seq *s;
+        ck_assert_msg(memra_ref_model_open(path, &cfg, &m, &err) == MEMRA_OK, "%s", err.msg);
+        V = memra_ref_model_hparams(m)->n_vocab;
+        ck_assert_ptr_nonnull(l[i] = malloc((size_t)N * V * sizeof(float)));
+        ck_assert_int_eq(memra_ref_seq_init(m, N, &s, &err), MEMRA_OK);
+        for (int t = 0; t < N; t++)
+            ck_assert_int_eq(memra_ref_forward(m, s, tok[t], l[i] + (size_t)t * V, &err), MEMRA_OK);
+        memra_ref_seq_f16_counts(s, &counts[i]);
+        memra_ref_seq_reset(s);
+        memra_ref_f16_counts zero;
+        memra_ref_seq_f16_counts(s, &zero);
+        ck_assert(zero.act_values == 0 && zero.weight_values == 0);
+        memra_ref_seq_free(s);
+        memra_ref_model_close(m);
+    }
+    const size_t n = (size_t)N * V;
+    for (size_t k = 0; k < n; k++)
+        ck_assert_msg(isfinite(l[2][k]) && isfinite(l[3][k]), "logit %zu not finite", k);
+    ck_assert_int_eq(memcmp(l[4], l[2], n * sizeof(float)), 0);
+    const double engine = rel_l2(l[1], l[0], n), h = rel_l2(l[2], l[0], n);
+    const double b = rel_l2(l[3], l[0], n);
+    if (getenv("MEMRA_TEST_VERBOSE"))
+        fprintf(stderr, "from exact: engine %.3g, f16 %.3g, bf16 %.3g\n", engine, h, b);
+    ck_assert_msg(h > 1e-6 && h < 0.25 * engine, "f16: %.3g from exact (engine %.3g)", h, engine);
+    ck_assert_msg(b > 1e-6 && b < 0.5 * engine, "bf16: %.3g from exact (engine %.3g)", b, engine);
+    ck_assert_msg(h < b, "f16 (%.3g) is not closer to exact than bf16 (%.3g)", h, b);
+    for (int i = 0; i < 2; i++)
+        ck_assert(counts[i].act_values == 0 && counts[i].weight_values == 0);
+    for (int i = 2; i < 4; i++) {
+        ck_assert(counts[i].act_values > 0 && counts[i].weight_values > counts[i].act_values);
+        ck_assert(counts[i].act_inf == 0 && counts[i].weight_nonfinite == 0);
+    }
+    ck_assert(memcmp(&counts[2], &counts[3], sizeof counts[2]) == 0); /* same reads */
+    const int refused[][2] = {{3, 0}, {-1, 0}, {1, 32}, {2, MEMRA_REF_ACT_F32}};
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        memra_ref_model_config bad;
+        memra_ref_model_config_default(&bad);
+        bad.act_f16 = refused[i][0];
+        bad.act_sim = refused[i][1];
+        check_refused(path, &bad, "act_f16");
+    }
+    unlink(path);
+    for (int i = 0; i < RUNS; i++)
+        free(l[i]);
+}
+END_TEST
+
 /* The committed run, plus determinism: a second model handle on the same file, with 2
  * threads, must reproduce the ids and the logits bytes. */
 static void check_expected(const char *preset)
@@ -2237,6 +2473,7 @@ Suite *make_refmodel_suite(void)
     tcase_add_test(ops, test_gated_norm);
     tcase_add_test(ops, test_moe_route);
     tcase_add_test(ops, test_argmax);
+    tcase_add_test(ops, test_dequantize_f16);
     suite_add_tcase(s, ops);
 
     TCase *hp = tcase_create("hparams");
@@ -2266,6 +2503,7 @@ Suite *make_refmodel_suite(void)
     tcase_add_test(fg, test_weight_types_close_to_f32);
     tcase_add_test(fg, test_act_sim);
     tcase_add_test(fg, test_act_sim_mult);
+    tcase_add_test(fg, test_act_f16);
     tcase_add_test(fg, test_tiny_expected);
     tcase_add_test(fg, test_tiny_moe_expected);
     tcase_add_test(fg, test_forged_stability);

@@ -1,0 +1,1281 @@
+/*
+ * hmma_probe.cu — what a tensor-core mat-vec would buy: weights dequantized to f16 in registers
+ * and multiplied by f16 activations with mma.sync.m16n8k16 (fp32 accumulation), one kernel for
+ * every tier. A measurement tool, not part of the engine (bench/results/mmvq-notes.md, "A
+ * tensor-core mat-vec, probed"). It answers three questions before anyone builds the design:
+ *   speed       us per launch of the 9b's mat-vec shapes at B = 1, 2, 4, 8, 16, against the
+ *               device-to-device copy rate of the same run (the engine's q8_1 mmvq on the same
+ *               shapes: memra-gpu-tests' bandwidth table, MEMRA_GPU_BENCH_ONLY=1);
+ *   exactness   whether a column's outputs are bit-identical whatever its slot in the MMA and
+ *               whatever the other columns hold (B = 1 against every tier, memcmp): the batch
+ *               invariance memra's contract needs from a tensor-core path;
+ *   accuracy    the outputs against a CPU reference (f64 dot of the same f16 weights and f16
+ *               activations), as the worst |d| over a bound.
+ *
+ * Why it could be fast: the engine's q8_1 activations carry one scale per 32 elements, so the
+ * staged mmvq's exact epilogue pays ~8 instructions per (row, column, 32 elements) (528 of a
+ * q4_K b = 16 step's ~870). Here a weight's scale is folded into its f16 value before the MMA,
+ * activations need no scale, and the MMA accumulates over the whole K: per 16 rows x 256
+ * elements a warp issues ~14 instructions per 8 weights of dequantization (the same at every
+ * B) and 16 HMMA per 8 columns.
+ *
+ * Formats:
+ *   q4_K    GGUF's block (144 bytes, 16-byte aligned in rows of n_in / 256 blocks);
+ *           w = f16(q ds - dm), ds = f16(d sc), dm = f16(dmin m): one rounding each (HFMA2).
+ *   q6_K-r  q6_K repacked at load (GGUF's 210-byte blocks are only 2-byte aligned): 208 bytes,
+ *           ql[128] (quarter t at 32 t: byte j holds the low nibbles of elements 64 t + j and
+ *           64 t + 32 + j, as q4_K's qs), qh[64] (quarter t at 128 + 16 t, see repack_q6k),
+ *           sc[16] (int8, GGUF order); d apart (one f16 per block). w = f16((q - 32) ds),
+ *           ds = f16(d sc). Bytes read per block: 210, as GGUF's.
+ * The k-slot map: lane t = lane & 3 of an MMA owns a quarter of each super-block (elements
+ * 64 t .. 64 t + 63); 32-bit code word w (0..7) of the quarter gives two k-steps: elements
+ * 64 t + 4 w + (0..3) (low nibbles), then 64 t + 32 + 4 w + (0..3) (high), with k-slots
+ * (2 t, 2 t + 1, 2 t + 8, 2 t + 9) <- (e, e + 1, e + 2, e + 3). Activations are read in the
+ * same order (8 bytes per k-step per column), so no shuffle is needed.
+ *
+ * A CUDA block is one 16-row tile and S warps splitting the super-blocks of K into S ranges;
+ * their fp32 partials are summed in warp order through shared memory (fixed by the shape,
+ * not by B, so the sum order is the same at every tier). Launches go out with programmatic
+ * stream serialization: weights are loaded before griddepcontrol.wait, activations after.
+ *
+ *   nvcc -O3 -arch=sm_90 -std=c++17 -o hmma-probe bench/hmma_probe.cu   (bench/device-probe.sh)
+ *   hmma-probe [--quick]   prints the checks, then a table: shape, S, us per launch at each B,
+ *                          % of the copy rate; exit status 1 when a check fails. --quick
+ *                          leaves out the LM head.
+ *   hmma-probe --host-check  replays the kernel's bit work on the host (no device).
+ */
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <type_traits>
+#include <vector>
+
+#define CK(x)                                                                                      \
+    do {                                                                                           \
+        cudaError_t e_ = (x);                                                                      \
+        if (e_ != cudaSuccess) {                                                                   \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));    \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+enum { QT_Q4K = 0, QT_Q6KR = 1 };
+constexpr int QK = 256, Q4K_BYTES = 144, Q6KR_BYTES = 208, Q6K_BYTES = 210, MAX_S = 16;
+
+/* ---------------------------------------------------------------- device: loads, dequant */
+
+__device__ __forceinline__ uint4 ldg_w(const uint8_t *p)
+{
+    uint4 v; /* weights: streamed once per tick, kept out of L1 */
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+
+__device__ __forceinline__ uint4 ldg_x(const __half *p)
+{
+    return __ldg(reinterpret_cast<const uint4 *>(p)); /* activations: reused, cached */
+}
+
+__device__ __forceinline__ uint32_t lop_or(uint32_t a, uint32_t mask, uint32_t magic)
+{
+    return (a & mask) | magic; /* one LOP3 */
+}
+
+__device__ __forceinline__ uint32_t h2u(__half2 h)
+{
+    return *reinterpret_cast<uint32_t *>(&h);
+}
+__device__ __forceinline__ __half2 u2h(uint32_t u)
+{
+    return *reinterpret_cast<__half2 *>(&u);
+}
+
+__device__ __forceinline__ void mma16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                         uint32_t a3, uint32_t b0, uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+                 "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+/* one lane's raw bytes of one super-block, rows g and g + 8 of the tile */
+template <int QT> struct lane_sb;
+template <> struct lane_sb<QT_Q4K> {
+    uint4 hdr[2], qs[2][2];
+};
+template <> struct lane_sb<QT_Q6KR> {
+    uint4 ql[2][2], qh[2];
+    uint32_t sc[2];
+    uint32_t d[2];
+};
+
+template <int QT>
+__device__ __forceinline__ void load_sb(lane_sb<QT> &s, const uint8_t *w0, const uint8_t *w1,
+                                        const __half *d0, const __half *d1, int t);
+
+template <>
+__device__ __forceinline__ void load_sb<QT_Q4K>(lane_sb<QT_Q4K> &s, const uint8_t *w0,
+                                                const uint8_t *w1, const __half *, const __half *,
+                                                int t)
+{
+    s.hdr[0] = ldg_w(w0);
+    s.qs[0][0] = ldg_w(w0 + 16 + 32 * t);
+    s.qs[0][1] = ldg_w(w0 + 32 + 32 * t);
+    s.hdr[1] = ldg_w(w1);
+    s.qs[1][0] = ldg_w(w1 + 16 + 32 * t);
+    s.qs[1][1] = ldg_w(w1 + 32 + 32 * t);
+}
+
+template <>
+__device__ __forceinline__ void load_sb<QT_Q6KR>(lane_sb<QT_Q6KR> &s, const uint8_t *w0,
+                                                 const uint8_t *w1, const __half *d0,
+                                                 const __half *d1, int t)
+{
+    s.ql[0][0] = ldg_w(w0 + 32 * t);
+    s.ql[0][1] = ldg_w(w0 + 16 + 32 * t);
+    s.qh[0] = ldg_w(w0 + 128 + 16 * t);
+    s.sc[0] = __ldg(reinterpret_cast<const uint32_t *>(w0 + 192 + 4 * t));
+    s.d[0] = __ldg(reinterpret_cast<const unsigned short *>(d0));
+    s.ql[1][0] = ldg_w(w1 + 32 * t);
+    s.ql[1][1] = ldg_w(w1 + 16 + 32 * t);
+    s.qh[1] = ldg_w(w1 + 128 + 16 * t);
+    s.sc[1] = __ldg(reinterpret_cast<const uint32_t *>(w1 + 192 + 4 * t));
+    s.d[1] = __ldg(reinterpret_cast<const unsigned short *>(d1));
+}
+
+__device__ __forceinline__ uint32_t word_of(const uint4 (&q)[2], int w)
+{
+    const uint4 &v = q[w >> 2];
+    const int k = w & 3;
+    return k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w;
+}
+
+/* q4_K's (sc, m) of sub-block j from the 12 packed bytes (GGUF get_scale_min_k4) */
+__device__ __forceinline__ void q4k_scale_min(const uint4 &hdr, int j, int &sc, int &m)
+{
+    auto byte =
+        [&](int i) { /* scales[i], i = 0..11: bytes 4.. of the header, no local array */
+                     const uint32_t v = (i >> 2) == 0 ? hdr.y : (i >> 2) == 1 ? hdr.z : hdr.w;
+                     return (int)((v >> (8 * (i & 3))) & 0xff);
+        };
+    if (j < 4) {
+        sc = byte(j) & 63;
+        m = byte(j + 4) & 63;
+    } else {
+        sc = (byte(j + 4) & 0xf) | ((byte(j - 4) >> 6) << 4);
+        m = (byte(j + 4) >> 4) | ((byte(j) >> 6) << 4);
+    }
+}
+
+/*
+ * Dequantization, one code word at a time (8 weights of a row): f[0] = (e, e + 1), f[1] =
+ * (e + 2, e + 3) for k-step 2 w (low nibbles), f[2], f[3] the same for k-step 2 w + 1 (high
+ * nibbles), e = 64 t + 4 w. Per row and super-block the scales are formed once (row_scales).
+ */
+struct q4k_rs {
+    __half2 ds0, dm0, ds1, dm1; /* sub-blocks 2 t (low nibbles) and 2 t + 1 (high) */
+};
+
+__device__ __forceinline__ q4k_rs q4k_row_scales(const uint4 &hdr, int t)
+{
+    const float d = __half2float(__ushort_as_half((unsigned short)(hdr.x & 0xffff)));
+    const float dmin = __half2float(__ushort_as_half((unsigned short)(hdr.x >> 16)));
+    int sc0, m0, sc1, m1;
+    q4k_scale_min(hdr, 2 * t, sc0, m0);
+    q4k_scale_min(hdr, 2 * t + 1, sc1, m1);
+    q4k_rs r;
+    r.ds0 = __half2half2(__float2half_rn(d * (float)sc0));
+    r.dm0 = __half2half2(__float2half_rn(-dmin * (float)m0));
+    r.ds1 = __half2half2(__float2half_rn(d * (float)sc1));
+    r.dm1 = __half2half2(__float2half_rn(-dmin * (float)m1));
+    return r;
+}
+
+__device__ __forceinline__ void q4k_word(uint32_t v, const q4k_rs &s, uint32_t (&f)[4])
+{
+    const __half2 k1024 = u2h(0x64006400u), k64 = u2h(0x54005400u);
+    const uint32_t u0 = __byte_perm(v, 0, 0x3120); /* bytes b0 b2 b1 b3 */
+    const uint32_t u1 = u0 >> 8;
+    f[0] = h2u(__hfma2(__hsub2(u2h(lop_or(u0, 0x000f000fu, 0x64006400u)), k1024), s.ds0, s.dm0));
+    f[1] = h2u(__hfma2(__hsub2(u2h(lop_or(u1, 0x000f000fu, 0x64006400u)), k1024), s.ds0, s.dm0));
+    f[2] = h2u(__hfma2(__hsub2(u2h(lop_or(u0, 0x00f000f0u, 0x54005400u)), k64), s.ds1, s.dm1));
+    f[3] = h2u(__hfma2(__hsub2(u2h(lop_or(u1, 0x00f000f0u, 0x54005400u)), k64), s.ds1, s.dm1));
+}
+
+struct q6k_rs {
+    __half2 ds[4]; /* the lane's four 16-element groups: lo w < 4, lo w >= 4, hi w < 4, hi w >= 4 */
+};
+
+__device__ __forceinline__ q6k_rs q6k_row_scales(uint32_t sc4, uint32_t dbits)
+{
+    const float d = __half2float(__ushort_as_half((unsigned short)dbits));
+    q6k_rs r;
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        r.ds[i] = __half2half2(__float2half_rn(d * (float)(int8_t)(sc4 >> (8 * i))));
+    return r;
+}
+
+/* q6_K-r: the high 2 bits of code word w's half2 k sit at bits 16 z + 8 (w & 1) + 2 k of qh
+ * word w / 2 (z: which half of the half2) */
+__device__ __forceinline__ void q6k_word(uint32_t v, uint32_t qhw, int w, const q6k_rs &s,
+                                         uint32_t (&f)[4])
+{
+    const __half2 k1056 = u2h(0x64206420u), k96 = u2h(0x56005600u); /* 1024 + 32, 64 + 32 */
+    const uint32_t u0 = __byte_perm(v, 0, 0x3120), u1 = u0 >> 8;
+    const uint32_t qp = qhw >> (8 * (w & 1));
+    const uint32_t q4 = qp << 4, q2 = qp << 2;
+    const uint32_t c0 = lop_or(u0, 0x000f000fu, 0x64006400u) | (q4 & 0x00300030u);
+    const uint32_t c1 = lop_or(u1, 0x000f000fu, 0x64006400u) | (q2 & 0x00300030u);
+    const uint32_t c2 = lop_or(u0, 0x00f000f0u, 0x54005400u) | (q4 & 0x03000300u);
+    const uint32_t c3 = lop_or(u1, 0x00f000f0u, 0x54005400u) | (q2 & 0x03000300u);
+    const __half2 slo = s.ds[w >> 2], shi = s.ds[2 + (w >> 2)];
+    f[0] = h2u(__hmul2(__hsub2(u2h(c0), k1056), slo));
+    f[1] = h2u(__hmul2(__hsub2(u2h(c1), k1056), slo));
+    f[2] = h2u(__hmul2(__hsub2(u2h(c2), k96), shi));
+    f[3] = h2u(__hmul2(__hsub2(u2h(c3), k96), shi));
+}
+
+/*
+ * y[b][row] = sum_k w[row][k] x[b][k] for the rows of this CUDA block's tile; x [b, n_in] f16,
+ * y [b, n_rows] f32. NT: 8-column MMA tiles (1 for B <= 8, 2 for B <= 16).
+ */
+template <int QT, int NT>
+__global__ void __launch_bounds__(MAX_S * 32)
+    hmma_mv(const uint8_t *__restrict__ w, const __half *__restrict__ wd,
+            const __half *__restrict__ x, float *__restrict__ y, int n_rows, int n_in, int b)
+{
+    asm volatile("griddepcontrol.launch_dependents;");
+    const int nw = blockDim.x >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int g = lane >> 2, t = lane & 3;
+    const int nsb = n_in / QK, blk_bytes = QT == QT_Q4K ? Q4K_BYTES : Q6KR_BYTES;
+    const size_t row_bytes = (size_t)nsb * blk_bytes;
+    const int r0 = blockIdx.x * 16 + g, r1 = r0 + 8;
+    const int sb0 = nsb * warp / nw, sb1 = nsb * (warp + 1) / nw;
+    const uint8_t *w0 = w + (size_t)min(r0, n_rows - 1) * row_bytes;
+    const uint8_t *w1 = w + (size_t)min(r1, n_rows - 1) * row_bytes;
+    const __half *d0 = wd + (size_t)min(r0, n_rows - 1) * nsb;
+    const __half *d1 = wd + (size_t)min(r1, n_rows - 1) * nsb;
+    float acc[NT][4] = {};
+    lane_sb<QT> cur, nxt;
+    if (sb0 < sb1)
+        load_sb<QT>(cur, w0 + (size_t)sb0 * blk_bytes, w1 + (size_t)sb0 * blk_bytes, d0 + sb0,
+                    d1 + sb0, t);
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    for (int sb = sb0; sb < sb1; sb++) {
+        if (sb + 1 < sb1)
+            load_sb<QT>(nxt, w0 + (size_t)(sb + 1) * blk_bytes, w1 + (size_t)(sb + 1) * blk_bytes,
+                        d0 + sb + 1, d1 + sb + 1, t);
+        /* per row: its scales once, then a code word at a time: dequantize 8 weights per
+         * row, two k-steps of MMA per 8-column tile */
+        using rs_t = typename std::conditional<QT == QT_Q4K, q4k_rs, q6k_rs>::type;
+        rs_t s0, s1;
+        if constexpr (QT == QT_Q4K) {
+            s0 = q4k_row_scales(cur.hdr[0], t);
+            s1 = q4k_row_scales(cur.hdr[1], t);
+        } else {
+            s0 = q6k_row_scales(cur.sc[0], cur.d[0]);
+            s1 = q6k_row_scales(cur.sc[1], cur.d[1]);
+        }
+#pragma unroll
+        for (int wp = 0; wp < 4; wp++) {
+            uint4 xl[NT], xh[NT]; /* x[col][64 t + 8 wp ..], x[col][64 t + 32 + 8 wp ..] */
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++) {
+                const int col = nt * 8 + g;
+                const __half *xp = x + (size_t)col * n_in + (size_t)sb * QK + 64 * t + 8 * wp;
+                xl[nt] = col < b ? ldg_x(xp) : make_uint4(0, 0, 0, 0);
+                xh[nt] = col < b ? ldg_x(xp + 32) : make_uint4(0, 0, 0, 0);
+            }
+#pragma unroll
+            for (int p = 0; p < 2; p++) {
+                const int w_ = 2 * wp + p;
+                uint32_t f0[4], f1[4];
+                if constexpr (QT == QT_Q4K) {
+                    q4k_word(word_of(cur.qs[0], w_), s0, f0);
+                    q4k_word(word_of(cur.qs[1], w_), s1, f1);
+                } else {
+                    const uint32_t h0[4] = {cur.qh[0].x, cur.qh[0].y, cur.qh[0].z, cur.qh[0].w};
+                    const uint32_t h1[4] = {cur.qh[1].x, cur.qh[1].y, cur.qh[1].z, cur.qh[1].w};
+                    q6k_word(word_of(cur.ql[0], w_), h0[w_ >> 1], w_, s0, f0);
+                    q6k_word(word_of(cur.ql[1], w_), h1[w_ >> 1], w_, s1, f1);
+                }
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++) {
+                    const uint32_t bl0 = p ? xl[nt].z : xl[nt].x, bl1 = p ? xl[nt].w : xl[nt].y;
+                    const uint32_t bh0 = p ? xh[nt].z : xh[nt].x, bh1 = p ? xh[nt].w : xh[nt].y;
+                    mma16816(acc[nt], f0[0], f1[0], f0[1], f1[1], bl0, bl1);
+                    mma16816(acc[nt], f0[2], f1[2], f0[3], f1[3], bh0, bh1);
+                }
+            }
+        }
+        if (sb + 1 < sb1)
+            cur = nxt;
+    }
+    /* partials summed in warp order: the same order at every b */
+    __shared__ float red[MAX_S][NT * 4][32];
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            red[warp][nt * 4 + i][lane] = acc[nt][i];
+    __syncthreads();
+    if (warp != 0)
+        return;
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            float s = red[0][nt * 4 + i][lane];
+            for (int k = 1; k < nw; k++)
+                s += red[k][nt * 4 + i][lane];
+            const int row = i < 2 ? r0 : r1, col = nt * 8 + 2 * t + (i & 1);
+            if (row < n_rows && col < b)
+                y[(size_t)col * n_rows + row] = s;
+        }
+}
+
+/* one super-block of the tile from shared memory (v2, v3): rows g and g + 8 read at wb0, wb1
+ * (their block), activations of column c at xq + c xstride (the lane's quarter), q6_K-r's d
+ * of the two rows in d0, d1; accumulates into acc */
+template <int QT, int NT>
+__device__ __forceinline__ void sb_mma(const uint8_t *wb0, const uint8_t *wb1, const uint8_t *xq,
+                                       int xstride, int g, int t, int b, uint32_t d0, uint32_t d1,
+                                       float (&acc)[NT][4])
+{
+    using rs_t = typename std::conditional<QT == QT_Q4K, q4k_rs, q6k_rs>::type;
+    rs_t s0, s1;
+    uint4 c0[2], c1[2], h0 = {}, h1 = {};
+    if constexpr (QT == QT_Q4K) {
+        s0 = q4k_row_scales(*reinterpret_cast<const uint4 *>(wb0), t);
+        s1 = q4k_row_scales(*reinterpret_cast<const uint4 *>(wb1), t);
+        c0[0] = *reinterpret_cast<const uint4 *>(wb0 + 16 + 32 * t);
+        c0[1] = *reinterpret_cast<const uint4 *>(wb0 + 32 + 32 * t);
+        c1[0] = *reinterpret_cast<const uint4 *>(wb1 + 16 + 32 * t);
+        c1[1] = *reinterpret_cast<const uint4 *>(wb1 + 32 + 32 * t);
+    } else {
+        s0 = q6k_row_scales(*reinterpret_cast<const uint32_t *>(wb0 + 192 + 4 * t), d0);
+        s1 = q6k_row_scales(*reinterpret_cast<const uint32_t *>(wb1 + 192 + 4 * t), d1);
+        c0[0] = *reinterpret_cast<const uint4 *>(wb0 + 32 * t);
+        c0[1] = *reinterpret_cast<const uint4 *>(wb0 + 16 + 32 * t);
+        c1[0] = *reinterpret_cast<const uint4 *>(wb1 + 32 * t);
+        c1[1] = *reinterpret_cast<const uint4 *>(wb1 + 16 + 32 * t);
+        h0 = *reinterpret_cast<const uint4 *>(wb0 + 128 + 16 * t);
+        h1 = *reinterpret_cast<const uint4 *>(wb1 + 128 + 16 * t);
+    }
+#pragma unroll
+    for (int wp = 0; wp < 4; wp++) {
+        uint4 xl[NT], xh[NT];
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) {
+            const int col = nt * 8 + g;
+            const uint8_t *xp = xq + (size_t)col * xstride + 16 * wp;
+            xl[nt] = col < b ? *reinterpret_cast<const uint4 *>(xp) : make_uint4(0, 0, 0, 0);
+            xh[nt] = col < b ? *reinterpret_cast<const uint4 *>(xp + 64) : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int p = 0; p < 2; p++) {
+            const int w_ = 2 * wp + p;
+            uint32_t f0[4], f1[4];
+            if constexpr (QT == QT_Q4K) {
+                q4k_word(word_of(c0, w_), s0, f0);
+                q4k_word(word_of(c1, w_), s1, f1);
+            } else {
+                const uint32_t hw0 = wp == 0 ? h0.x : wp == 1 ? h0.y : wp == 2 ? h0.z : h0.w;
+                const uint32_t hw1 = wp == 0 ? h1.x : wp == 1 ? h1.y : wp == 2 ? h1.z : h1.w;
+                q6k_word(word_of(c0, w_), hw0, w_, s0, f0);
+                q6k_word(word_of(c1, w_), hw1, w_, s1, f1);
+            }
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++) {
+                const uint32_t bl0 = p ? xl[nt].z : xl[nt].x, bl1 = p ? xl[nt].w : xl[nt].y;
+                const uint32_t bh0 = p ? xh[nt].z : xh[nt].x, bh1 = p ? xh[nt].w : xh[nt].y;
+                mma16816(acc[nt], f0[0], f1[0], f0[1], f1[1], bl0, bl1);
+                mma16816(acc[nt], f0[2], f1[2], f0[3], f1[3], bh0, bh1);
+            }
+        }
+    }
+}
+
+/* the block's results (v2, v3): straight to y when K is one part, else to the workspace, and
+ * the last block of the row group to arrive (a device counter) sums the parts in part order */
+template <int NT>
+__device__ __forceinline__ void store_parts(const float (&acc)[NT][4], float *y, float *ws,
+                                            unsigned *cnt, int r0, int r1, int t, int b, int n_rows,
+                                            int row0, int rows, int ks, int nks)
+{
+    float *dst = nks == 1 ? y : ws + (size_t)ks * 16 * n_rows;
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int row = i < 2 ? r0 : r1, col = nt * 8 + 2 * t + (i & 1);
+            if (row < n_rows && col < b)
+                dst[(size_t)col * n_rows + row] = acc[nt][i];
+        }
+    if (nks == 1)
+        return;
+    __threadfence();
+    __syncthreads();
+    __shared__ unsigned last;
+    if (threadIdx.x == 0)
+        last = atomicAdd(&cnt[blockIdx.x], 1u) == (unsigned)nks - 1;
+    __syncthreads();
+    if (!last)
+        return;
+    __threadfence();
+    for (int i = threadIdx.x; i < b * rows; i += blockDim.x) {
+        const int col = i / rows, row = row0 + i % rows;
+        if (row >= n_rows)
+            continue;
+        float s = __ldcg(ws + (size_t)col * n_rows + row);
+        for (int k = 1; k < nks; k++)
+            s += __ldcg(ws + ((size_t)k * 16 + col) * n_rows + row);
+        y[(size_t)col * n_rows + row] = s;
+    }
+    if (threadIdx.x == 0)
+        cnt[blockIdx.x] = 0;
+}
+
+/*
+ * v2, "staged": a CUDA block is W warps x 16 rows (each warp its own row tile) over a range of
+ * R super-blocks of K; the grid is (n_rows / 16 W) x (n_sb / R). Before griddepcontrol.wait
+ * every thread issues cp.async for the block's whole weight tile (16 W rows x R blocks, up to
+ * 72 KB: all of it in flight at once, no register cost); after it, the block's activations
+ * (b columns x 256 R elements, f16) follow into shared memory, read back by all W warps (W x
+ * the reuse of v1, where every warp loaded its own). Partials of the K ranges go to a
+ * workspace; the last block of a row group to finish (a device counter) sums them in range
+ * order, so the order is fixed by the shape and R, never by arrival or b.
+ * Shared layouts (bank-conflict-free for the fragment reads): weight rows at a stride = 16
+ * (mod 128) bytes; activations per column in 64-element quarters of 144 bytes (128 + 16 pad),
+ * columns at a stride = 64 (mod 128).
+ */
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem)
+{
+    const unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(sa), "l"(gmem));
+}
+
+__host__ __device__ inline int pad_to(int bytes, int rem) /* smallest >= bytes, = rem mod 128 */
+{
+    return bytes + ((rem - bytes % 128) + 128) % 128;
+}
+
+template <int QT, int NT>
+__global__ void __launch_bounds__(256)
+    hmma_mv2(const uint8_t *__restrict__ w, const __half *__restrict__ wd,
+             const __half *__restrict__ x, float *__restrict__ y, float *__restrict__ ws,
+             unsigned *__restrict__ cnt, int n_rows, int n_in, int b, int R)
+{
+    asm volatile("griddepcontrol.launch_dependents;");
+    extern __shared__ __align__(16) uint8_t sm[];
+    const int nw = blockDim.x >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int g = lane >> 2, t = lane & 3;
+    const int nsb = n_in / QK, blk = QT == QT_Q4K ? Q4K_BYTES : Q6KR_BYTES;
+    const int rows = 16 * nw, row0 = blockIdx.x * rows, ks = blockIdx.y, nks = gridDim.y;
+    const int sb0 = ks * R;
+    const int wstride = pad_to(R * blk, 16), xstride = pad_to(R * 4 * 144, 64);
+    uint8_t *sw = sm, *sx = sm + (size_t)rows * wstride;
+    /* the weight tile: rows x R blocks, 16-byte pieces */
+    const int per_row = R * blk / 16;
+    for (int i = threadIdx.x; i < rows * per_row; i += blockDim.x) {
+        const int r = i / per_row, c = i % per_row;
+        const int row = min(row0 + r, n_rows - 1);
+        cp_async16(sw + (size_t)r * wstride + 16 * c, w + ((size_t)row * nsb + sb0) * blk + 16 * c);
+    }
+    asm volatile("cp.async.commit_group;");
+    const int r0 = row0 + 16 * warp + g, r1 = r0 + 8;
+    uint32_t dq0[4] = {}, dq1[4] = {};
+    if (QT == QT_Q6KR)
+        for (int j = 0; j < R && j < 4; j++) {
+            dq0[j] = __ldg(reinterpret_cast<const unsigned short *>(
+                wd + (size_t)min(r0, n_rows - 1) * nsb + sb0 + j));
+            dq1[j] = __ldg(reinterpret_cast<const unsigned short *>(
+                wd + (size_t)min(r1, n_rows - 1) * nsb + sb0 + j));
+        }
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    /* activations: b columns x 256 R elements, 8 per piece */
+    const int xpieces = R * 32;
+    for (int i = threadIdx.x; i < b * xpieces; i += blockDim.x) {
+        const int c = i / xpieces, u = i % xpieces;
+        cp_async16(sx + (size_t)c * xstride + (u >> 3) * 144 + 16 * (u & 7),
+                   x + (size_t)c * n_in + (size_t)sb0 * QK + 8 * u);
+    }
+    asm volatile("cp.async.commit_group;");
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
+    __syncthreads();
+
+    float acc[NT][4] = {};
+    const uint8_t *wr0 = sw + (size_t)(16 * warp + g) * wstride, *wr1 = wr0 + 8 * (size_t)wstride;
+    for (int j = 0; j < R; j++) {
+        const uint32_t d0 = j == 0 ? dq0[0] : j == 1 ? dq0[1] : j == 2 ? dq0[2] : dq0[3];
+        const uint32_t d1 = j == 0 ? dq1[0] : j == 1 ? dq1[1] : j == 2 ? dq1[2] : dq1[3];
+        sb_mma<QT, NT>(wr0 + j * blk, wr1 + j * blk, sx + (4 * j + t) * 144, xstride, g, t, b, d0,
+                       d1, acc);
+    }
+    store_parts<NT>(acc, y, ws, cnt, r0, r1, t, b, n_rows, row0, rows, ks, nks);
+}
+
+/*
+ * v3, "pipelined": v2's shared layouts, but a CUDA block (W warps x 16 rows) walks its K part
+ * (n_sb / KS super-blocks) in items of R super-blocks through a two-stage cp.async ring: the
+ * weights and activations of item i + 1 are in flight while item i is computed, so the loads
+ * and the dequantization overlap inside a block instead of across blocks. The accumulators
+ * stay in registers across the items (the MMA chain runs in K order); with KS > 1 the parts
+ * meet in the workspace as in v2 (range order). R is a template parameter, so the cp.async
+ * address arithmetic divides by constants.
+ */
+template <int QT, int NT, int R>
+__global__ void __launch_bounds__(256)
+    hmma_mv3(const uint8_t *__restrict__ w, const __half *__restrict__ wd,
+             const __half *__restrict__ x, float *__restrict__ y, float *__restrict__ ws,
+             unsigned *__restrict__ cnt, int n_rows, int n_in, int b)
+{
+    asm volatile("griddepcontrol.launch_dependents;");
+    extern __shared__ __align__(16) uint8_t sm[];
+    constexpr int BLK = QT == QT_Q4K ? Q4K_BYTES : Q6KR_BYTES, PIECES = R * BLK / 16;
+    constexpr int WSTRIDE = (R * BLK) + (((16 - (R * BLK) % 128) + 128) % 128);
+    constexpr int XSTRIDE = (R * 576) + (((64 - (R * 576) % 128) + 128) % 128);
+    const int nw = blockDim.x >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int g = lane >> 2, t = lane & 3;
+    const int nsb = n_in / QK, rows = 16 * nw, row0 = blockIdx.x * rows;
+    const int ks = blockIdx.y, nks = gridDim.y, items = nsb / (nks * R);
+    const int sb_first = ks * items * R;
+    const size_t wbytes = (size_t)rows * WSTRIDE, stage = wbytes + (size_t)b * XSTRIDE;
+    const int r0 = row0 + 16 * warp + g, r1 = r0 + 8;
+    auto issue_w = [&](int item, uint8_t *st) {
+        const int sb0 = sb_first + item * R;
+        for (int i = threadIdx.x; i < rows * PIECES; i += blockDim.x) {
+            const int r = i / PIECES, c = i % PIECES;
+            cp_async16(st + (size_t)r * WSTRIDE + 16 * c,
+                       w + ((size_t)(row0 + r) * nsb + sb0) * BLK + 16 * c);
+        }
+    };
+    auto issue_x = [&](int item, uint8_t *st) {
+        const int sb0 = sb_first + item * R;
+        uint8_t *sx = st + wbytes;
+        for (int i = threadIdx.x; i < b * 32 * R; i += blockDim.x) {
+            const int c = i / (32 * R), u = i % (32 * R);
+            cp_async16(sx + (size_t)c * XSTRIDE + (u >> 3) * 144 + 16 * (u & 7),
+                       x + (size_t)c * n_in + (size_t)sb0 * QK + 8 * u);
+        }
+    };
+    /* weights of items 0 and 1 before the wait (they do not depend on the previous kernel) */
+    issue_w(0, sm);
+    if (items > 1)
+        issue_w(1, sm + stage);
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    issue_x(0, sm);
+    if (items > 1)
+        issue_x(1, sm + stage);
+    asm volatile("cp.async.commit_group;");
+    float acc[NT][4] = {};
+    /* q6_K-r's d (global, 2 bytes a block): loaded one item ahead, so its latency hides under
+     * the previous item's compute */
+    uint32_t dc0[R], dc1[R], dn0[R], dn1[R];
+    auto load_d = [&](int item, uint32_t(&a0)[R], uint32_t(&a1)[R]) {
+#pragma unroll
+        for (int j = 0; j < R; j++) {
+            const int sb = sb_first + item * R + j;
+            a0[j] =
+                QT == QT_Q6KR
+                    ? __ldg(reinterpret_cast<const unsigned short *>(wd + (size_t)r0 * nsb + sb))
+                    : 0;
+            a1[j] =
+                QT == QT_Q6KR
+                    ? __ldg(reinterpret_cast<const unsigned short *>(wd + (size_t)r1 * nsb + sb))
+                    : 0;
+        }
+    };
+    load_d(0, dc0, dc1);
+    for (int it = 0; it < items; it++) {
+        if (it + 1 < items)
+            load_d(it + 1, dn0, dn1);
+        if (it == 0)
+            asm volatile("cp.async.wait_group 0;" ::: "memory");
+        else
+            asm volatile("cp.async.wait_group 1;" ::: "memory");
+        __syncthreads();
+        const uint8_t *st = sm + (size_t)(it & 1) * stage;
+        const uint8_t *sx = st + wbytes;
+        const uint8_t *wr0 = st + (size_t)(16 * warp + g) * WSTRIDE,
+                      *wr1 = wr0 + 8 * (size_t)WSTRIDE;
+#pragma unroll
+        for (int j = 0; j < R; j++)
+            sb_mma<QT, NT>(wr0 + j * BLK, wr1 + j * BLK, sx + (4 * j + t) * 144, XSTRIDE, g, t, b,
+                           dc0[j], dc1[j], acc);
+#pragma unroll
+        for (int j = 0; j < R; j++) {
+            dc0[j] = dn0[j];
+            dc1[j] = dn1[j];
+        }
+        __syncthreads(); /* every warp is done with this stage: refill it with item it + 2 */
+        if (it + 2 < items) {
+            issue_w(it + 2, sm + (size_t)(it & 1) * stage);
+            issue_x(it + 2, sm + (size_t)(it & 1) * stage);
+        }
+        asm volatile("cp.async.commit_group;");
+    }
+    store_parts<NT>(acc, y, ws, cnt, r0, r1, t, b, n_rows, row0, rows, ks, nks);
+}
+
+static size_t smem_v2(int qt, int nw, int R, int b);
+static size_t smem_v3(int qt, int nw, int R, int b)
+{
+    return 2 * smem_v2(qt, nw, R, b);
+}
+
+static size_t smem_v2(int qt, int nw, int R, int b)
+{
+    const int blk = qt == QT_Q4K ? Q4K_BYTES : Q6KR_BYTES;
+    return (size_t)16 * nw * pad_to(R * blk, 16) + (size_t)b * pad_to(R * 4 * 144, 64);
+}
+
+/* ---------------------------------------------------------------- host: formats, reference */
+
+struct rng {
+    uint64_t s;
+    uint64_t next()
+    {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        return s;
+    }
+    float uni()
+    {
+        return (float)((next() >> 40) * (1.0 / 16777216.0));
+    } /* [0, 1) */
+};
+
+static float h2f(uint16_t h)
+{
+    __half_raw r;
+    r.x = h;
+    return __half2float(__half(r));
+}
+static uint16_t f2h(float f)
+{
+    __half_raw r = __half(__float2half_rn(f));
+    return r.x;
+}
+static uint16_t d2h(double v)
+{
+    return ((__half_raw)__double2half(v)).x;
+}
+
+/* random q4_K rows: small positive d, dmin; scales and codes uniform */
+static void gen_q4k(std::vector<uint8_t> &w, size_t n_blocks, rng &r)
+{
+    w.resize(n_blocks * Q4K_BYTES);
+    for (size_t i = 0; i < n_blocks; i++) {
+        uint8_t *b = &w[i * Q4K_BYTES];
+        const uint16_t d = f2h(0.0005f + 0.001f * r.uni()), dm = f2h(0.0005f + 0.001f * r.uni());
+        memcpy(b, &d, 2);
+        memcpy(b + 2, &dm, 2);
+        for (int k = 4; k < Q4K_BYTES; k += 8) {
+            const uint64_t v = r.next();
+            memcpy(b + k, &v, std::min(8, Q4K_BYTES - k));
+        }
+    }
+}
+
+static void q4k_scale_min_host(const uint8_t *q, int j, int &sc, int &m)
+{
+    if (j < 4) {
+        sc = q[j] & 63;
+        m = q[j + 4] & 63;
+    } else {
+        sc = (q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4);
+        m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+
+/* the f16 weights of one q4_K block as the kernel forms them (HFMA2: one rounding) */
+static void deq_q4k(const uint8_t *b, float *out)
+{
+    uint16_t dh, mh;
+    memcpy(&dh, b, 2);
+    memcpy(&mh, b + 2, 2);
+    const float d = h2f(dh), dmin = h2f(mh);
+    for (int j = 0; j < 8; j++) {
+        int sc, m;
+        q4k_scale_min_host(b + 4, j, sc, m);
+        const double ds = h2f(f2h(d * (float)sc)), dm = h2f(f2h(dmin * (float)m));
+        const uint8_t *qs = b + 16 + 32 * (j / 2);
+        for (int l = 0; l < 32; l++) {
+            const int q = (j & 1) ? qs[l] >> 4 : qs[l] & 0xf;
+            out[32 * j + l] = h2f(d2h(q * ds - dm));
+        }
+    }
+}
+
+/* random GGUF q6_K blocks (ql[128], qh[64], sc[16] int8, d) */
+static void gen_q6k(std::vector<uint8_t> &w, size_t n_blocks, rng &r)
+{
+    w.resize(n_blocks * Q6K_BYTES);
+    for (size_t i = 0; i < n_blocks; i++) {
+        uint8_t *b = &w[i * Q6K_BYTES];
+        for (int k = 0; k < 208; k += 8) {
+            const uint64_t v = r.next();
+            memcpy(b + k, &v, 8);
+        }
+        for (int k = 0; k < 16; k++)
+            b[192 + k] = (uint8_t)(int8_t)((int)(r.next() % 127) - 63);
+        const uint16_t d = f2h(0.0002f + 0.0004f * r.uni());
+        memcpy(b + 208, &d, 2);
+    }
+}
+
+/* GGUF q6_K: the 6-bit code of element e (0..255) */
+static int q6k_code(const uint8_t *b, int e)
+{
+    const uint8_t *ql = b, *qh = b + 128;
+    const int n = e / 128, rem = e % 128, i = rem / 32, l = rem % 32;
+    const int lo = (ql[64 * n + l + 32 * (i & 1)] >> (4 * (i >> 1))) & 0xf;
+    const int hb = (qh[32 * n + l] >> (2 * i)) & 3;
+    return lo | (hb << 4);
+}
+
+static void deq_q6k(const uint8_t *b, float *out)
+{
+    uint16_t dh;
+    memcpy(&dh, b + 208, 2);
+    const float d = h2f(dh);
+    for (int e = 0; e < QK; e++) {
+        const float ds = h2f(f2h(d * (float)(int8_t)b[192 + e / 16]));
+        out[e] = h2f(f2h((float)(q6k_code(b, e) - 32) * ds));
+    }
+}
+
+/* GGUF q6_K -> q6_K-r (208 bytes) + d */
+static void repack_q6k(const uint8_t *b, uint8_t *o, uint16_t *d)
+{
+    int code[QK];
+    for (int e = 0; e < QK; e++)
+        code[e] = q6k_code(b, e);
+    memset(o, 0, Q6KR_BYTES);
+    for (int t = 0; t < 4; t++)
+        for (int j = 0; j < 32; j++)
+            o[32 * t + j] =
+                (uint8_t)((code[64 * t + j] & 0xf) | ((code[64 * t + 32 + j] & 0xf) << 4));
+    /* qh: code word w of quarter t, byte c of it; after the byte permutation (b0 b2 b1 b3),
+     * half2 k holds (c0, c1) for k = 0 (lo), (c2, c3) for k = 1 (lo), (c0, c1) for k = 2 (hi),
+     * (c2, c3) for k = 3 (hi); z = c & 1 is the half */
+    for (int t = 0; t < 4; t++)
+        for (int w = 0; w < 8; w++) {
+            uint32_t word = 0;
+            uint8_t *q = o + 128 + 16 * t + 4 * (w >> 1);
+            memcpy(&word, q, 4);
+            for (int c = 0; c < 4; c++)
+                for (int h = 0; h < 2; h++) {
+                    const int e = 64 * t + 32 * h + 4 * w + c;
+                    const int k = 2 * h + (c >> 1), z = c & 1, p = w & 1;
+                    word |= (uint32_t)(code[e] >> 4) << (16 * z + 8 * p + 2 * k);
+                }
+            memcpy(q, &word, 4);
+        }
+    memcpy(o + 192, b + 192, 16);
+    memcpy(d, b + 208, 2);
+}
+
+/*
+ * The kernel's bit work replayed on the host, before any device time is spent on it: for each
+ * lane t, code word w and half2 k, the f16 pair the kernel would form (byte permutation,
+ * masks, magic numbers, the q6_K-r high bits) must be the reference's weights of the
+ * elements its k-slots stand for. Returns the number of mismatches.
+ */
+static uint32_t byte_perm_host(uint32_t v, uint32_t sel)
+{
+    uint32_t r = 0;
+    for (int i = 0; i < 4; i++)
+        r |= ((v >> (8 * ((sel >> (4 * i)) & 7))) & 0xff) << (8 * i);
+    return r;
+}
+
+static int host_check_mapping(rng &r)
+{
+    int bad = 0;
+    for (int qt = 0; qt < 2; qt++) {
+        std::vector<uint8_t> blk, rep(Q6KR_BYTES);
+        uint16_t dv = 0;
+        float ref[QK];
+        if (qt == QT_Q4K) {
+            gen_q4k(blk, 1, r);
+            deq_q4k(blk.data(), ref);
+        } else {
+            gen_q6k(blk, 1, r);
+            deq_q6k(blk.data(), ref);
+            repack_q6k(blk.data(), rep.data(), &dv);
+        }
+        for (int t = 0; t < 4; t++)
+            for (int w = 0; w < 8; w++) {
+                uint32_t v, qhw = 0;
+                if (qt == QT_Q4K)
+                    memcpy(&v, &blk[16 + 32 * t + 4 * w], 4);
+                else {
+                    memcpy(&v, &rep[32 * t + 4 * w], 4);
+                    memcpy(&qhw, &rep[128 + 16 * t + 4 * (w >> 1)], 4);
+                }
+                const uint32_t u0 = byte_perm_host(v, 0x3120), u1 = u0 >> 8;
+                const uint32_t qp = qhw >> (8 * (w & 1)), q4 = qp << 4, q2 = qp << 2;
+                uint32_t c[4] = {(u0 & 0x000f000fu) | 0x64006400u, (u1 & 0x000f000fu) | 0x64006400u,
+                                 (u0 & 0x00f000f0u) | 0x54005400u,
+                                 (u1 & 0x00f000f0u) | 0x54005400u};
+                if (qt == QT_Q6KR) {
+                    c[0] |= q4 & 0x00300030u;
+                    c[1] |= q2 & 0x00300030u;
+                    c[2] |= q4 & 0x03000300u;
+                    c[3] |= q2 & 0x03000300u;
+                }
+                for (int k = 0; k < 4; k++)
+                    for (int z = 0; z < 2; z++) {
+                        /* the code the half holds, from its magic number */
+                        const float mag = h2f((uint16_t)(c[k] >> (16 * z)));
+                        const int code = (int)(mag - (k < 2 ? 1024.0f : 64.0f));
+                        const int e = 64 * t + 32 * (k >> 1) + 4 * w + 2 * (k & 1) + z;
+                        float wv;
+                        if (qt == QT_Q4K) {
+                            int sc, m;
+                            q4k_scale_min_host(&blk[4], 2 * t + (k >> 1), sc, m);
+                            uint16_t dh, mh;
+                            memcpy(&dh, &blk[0], 2);
+                            memcpy(&mh, &blk[2], 2);
+                            const double ds = h2f(f2h(h2f(dh) * (float)sc));
+                            const double dm = h2f(f2h(h2f(mh) * (float)m));
+                            wv = h2f(d2h(code * ds - dm));
+                        } else {
+                            const float ds =
+                                h2f(f2h(h2f(dv) *
+                                        (float)(int8_t)rep[192 + 4 * t + 2 * (k >> 1) + (w >> 2)]));
+                            wv = h2f(f2h((float)(code - 32) * ds));
+                        }
+                        if (memcmp(&wv, &ref[e], 4)) {
+                            if (bad < 5)
+                                printf("  MAPPING %s t %d w %d k %d z %d: element %d %g, reference "
+                                       "%g\n",
+                                       qt == QT_Q4K ? "q4_K" : "q6_K-r", t, w, k, z, e, wv, ref[e]);
+                            bad++;
+                        }
+                    }
+            }
+    }
+    return bad;
+}
+
+/* ---------------------------------------------------------------- the run */
+
+struct shape {
+    const char *name;
+    int qt, n_rows, n_in, per_tick; /* launches per 9b tick */
+};
+
+/* the 9b's mat-vec shapes (forge preset 9b, Q4_K_M mix; merged launches as one matrix) */
+static const shape SHAPES[] = {
+    {"gdn_in q4_K 12352x4096", QT_Q4K, 12352, 4096, 24},
+    {"attn_qkv q4_K 10240x4096", QT_Q4K, 10240, 4096, 8},
+    {"out_proj q4_K 4096x4096", QT_Q4K, 4096, 4096, 32},
+    {"ffn_gate_up q4_K 24576x4096", QT_Q4K, 24576, 4096, 32},
+    {"ffn_down q4_K 4096x12288", QT_Q4K, 4096, 12288, 16},
+    {"ffn_down q6_K 4096x12288", QT_Q6KR, 4096, 12288, 16},
+    {"lm_head q6_K 248320x4096", QT_Q6KR, 248320, 4096, 1},
+};
+
+struct dev_weights {
+    uint8_t *w = nullptr; /* copies x [n_rows, row bytes] */
+    __half *wd = nullptr; /* copies x [n_rows, nsb] (q6_K-r only) */
+    size_t w_bytes = 0, wd_n = 0;
+    int copies = 1;
+    std::vector<uint8_t> host; /* GGUF blocks of one copy (reference) */
+};
+
+/* a kernel configuration: v1 (warp-split, S = a warps per 16 rows), v2 (staged, W = a warps x
+ * 16 rows per block, R super-blocks per K range), v3 (pipelined: W = a, items of R, KS parts) */
+struct kcfg {
+    int v, a, R, ks;
+};
+
+static const kcfg CONFIGS[] = {{1, 8, 0, 0}, {2, 8, 2, 0}, {3, 4, 1, 1}, {3, 4, 2, 1},
+                               {3, 4, 1, 2}, {3, 4, 2, 2}, {3, 4, 1, 4}, {3, 4, 2, 4},
+                               {3, 8, 1, 1}, {3, 8, 1, 2}, {3, 2, 1, 4}, {3, 2, 2, 4}};
+
+static bool cfg_ok(const kcfg &c, const shape &s)
+{
+    const int nsb = s.n_in / QK;
+    if (c.v == 1)
+        return c.a <= nsb;
+    if (c.v == 2)
+        return nsb % c.R == 0 && s.n_rows % (16 * c.a) == 0;
+    return nsb % (c.R * c.ks) == 0 && s.n_rows % (16 * c.a) == 0;
+}
+
+static void cfg_name(const kcfg &c, char *buf, size_t n)
+{
+    if (c.v == 1)
+        snprintf(buf, n, "v1 S=%d", c.a);
+    else if (c.v == 2)
+        snprintf(buf, n, "v2 W=%d R=%d", c.a, c.R);
+    else
+        snprintf(buf, n, "v3 W%d R%d K%d", c.a, c.R, c.ks);
+}
+
+struct workspace {
+    float *ws = nullptr;     /* [n_ks, 16, n_rows] */
+    unsigned *cnt = nullptr; /* [row groups], zero between launches */
+};
+
+template <int QT, int NT> static void set_smem_attr(void)
+{
+    CK(cudaFuncSetAttribute(hmma_mv2<QT, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                            200 * 1024));
+    CK(cudaFuncSetAttribute(hmma_mv3<QT, NT, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                            200 * 1024));
+    CK(cudaFuncSetAttribute(hmma_mv3<QT, NT, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                            200 * 1024));
+}
+
+template <int QT, int NT>
+static void launch_v3(cudaLaunchConfig_t &cfg, int R, const uint8_t *w, const __half *wd,
+                      const __half *x, float *y, const workspace &wk, int n, int k, int b)
+{
+    if (R == 1)
+        CK(cudaLaunchKernelEx(&cfg, hmma_mv3<QT, NT, 1>, w, wd, x, y, wk.ws, wk.cnt, n, k, b));
+    else
+        CK(cudaLaunchKernelEx(&cfg, hmma_mv3<QT, NT, 2>, w, wd, x, y, wk.ws, wk.cnt, n, k, b));
+}
+
+static void launch(const shape &s, const dev_weights &dw, int copy, const __half *x, float *y,
+                   int b, const kcfg &kc, const workspace &wk, cudaStream_t st)
+{
+    cudaLaunchConfig_t cfg = {};
+    if (kc.v == 1) {
+        cfg.gridDim = dim3((unsigned)((s.n_rows + 15) / 16));
+        cfg.blockDim = dim3((unsigned)(32 * kc.a));
+    } else if (kc.v == 2) {
+        cfg.gridDim = dim3((unsigned)(s.n_rows / (16 * kc.a)), (unsigned)(s.n_in / QK / kc.R));
+        cfg.blockDim = dim3((unsigned)(32 * kc.a));
+        cfg.dynamicSmemBytes = smem_v2(s.qt, kc.a, kc.R, b);
+    } else {
+        cfg.gridDim = dim3((unsigned)(s.n_rows / (16 * kc.a)), (unsigned)kc.ks);
+        cfg.blockDim = dim3((unsigned)(32 * kc.a));
+        cfg.dynamicSmemBytes = smem_v3(s.qt, kc.a, kc.R, b);
+    }
+    cfg.stream = st;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = 1;
+    const uint8_t *w = dw.w + (size_t)copy * dw.w_bytes;
+    const __half *wd = dw.wd ? dw.wd + (size_t)copy * dw.wd_n : nullptr;
+    const int n = s.n_rows, k = s.n_in;
+    if (kc.v == 1) {
+        if (s.qt == QT_Q4K)
+            CK(cudaLaunchKernelEx(&cfg, b <= 8 ? hmma_mv<QT_Q4K, 1> : hmma_mv<QT_Q4K, 2>, w, wd, x,
+                                  y, n, k, b));
+        else
+            CK(cudaLaunchKernelEx(&cfg, b <= 8 ? hmma_mv<QT_Q6KR, 1> : hmma_mv<QT_Q6KR, 2>, w, wd,
+                                  x, y, n, k, b));
+    } else if (kc.v == 3) {
+        if (s.qt == QT_Q4K && b <= 8)
+            launch_v3<QT_Q4K, 1>(cfg, kc.R, w, wd, x, y, wk, n, k, b);
+        else if (s.qt == QT_Q4K)
+            launch_v3<QT_Q4K, 2>(cfg, kc.R, w, wd, x, y, wk, n, k, b);
+        else if (b <= 8)
+            launch_v3<QT_Q6KR, 1>(cfg, kc.R, w, wd, x, y, wk, n, k, b);
+        else
+            launch_v3<QT_Q6KR, 2>(cfg, kc.R, w, wd, x, y, wk, n, k, b);
+    } else {
+        if (s.qt == QT_Q4K)
+            CK(cudaLaunchKernelEx(&cfg, b <= 8 ? hmma_mv2<QT_Q4K, 1> : hmma_mv2<QT_Q4K, 2>, w, wd,
+                                  x, y, wk.ws, wk.cnt, n, k, b, kc.R));
+        else
+            CK(cudaLaunchKernelEx(&cfg, b <= 8 ? hmma_mv2<QT_Q6KR, 1> : hmma_mv2<QT_Q6KR, 2>, w, wd,
+                                  x, y, wk.ws, wk.cnt, n, k, b, kc.R));
+    }
+}
+
+static void upload(const shape &s, dev_weights &dw, rng &r, size_t rotate_bytes)
+{
+    const size_t nsb = (size_t)s.n_in / QK, nb = (size_t)s.n_rows * nsb;
+    std::vector<uint8_t> dev_img;
+    std::vector<uint16_t> dvals;
+    if (s.qt == QT_Q4K) {
+        gen_q4k(dw.host, nb, r);
+        dev_img = dw.host;
+    } else {
+        gen_q6k(dw.host, nb, r);
+        dev_img.resize(nb * Q6KR_BYTES);
+        dvals.resize(nb);
+        for (size_t i = 0; i < nb; i++)
+            repack_q6k(&dw.host[i * Q6K_BYTES], &dev_img[i * Q6KR_BYTES], &dvals[i]);
+    }
+    dw.w_bytes = dev_img.size();
+    dw.wd_n = dvals.size();
+    const size_t one = dw.w_bytes + dw.wd_n * 2;
+    dw.copies = (int)std::max<size_t>(1, (rotate_bytes + one - 1) / one);
+    CK(cudaMalloc(&dw.w, dw.w_bytes * dw.copies));
+    CK(cudaMemcpy(dw.w, dev_img.data(), dw.w_bytes, cudaMemcpyHostToDevice));
+    for (int c = 1; c < dw.copies; c++)
+        CK(cudaMemcpy(dw.w + (size_t)c * dw.w_bytes, dw.w, dw.w_bytes, cudaMemcpyDeviceToDevice));
+    if (dw.wd_n) {
+        CK(cudaMalloc(&dw.wd, dw.wd_n * 2 * dw.copies));
+        CK(cudaMemcpy(dw.wd, dvals.data(), dw.wd_n * 2, cudaMemcpyHostToDevice));
+        for (int c = 1; c < dw.copies; c++)
+            CK(cudaMemcpy(dw.wd + (size_t)c * dw.wd_n, dw.wd, dw.wd_n * 2,
+                          cudaMemcpyDeviceToDevice));
+    }
+}
+
+/* f16 activations, N(0, 1)-ish */
+static void gen_x(std::vector<uint16_t> &x, size_t n, rng &r)
+{
+    x.resize(n);
+    for (auto &v : x) {
+        const float u = r.uni() + r.uni() + r.uni() - 1.5f;
+        v = f2h(2.0f * u);
+    }
+}
+
+static double copy_gbs(void)
+{
+    const size_t bytes = (size_t)1 << 30;
+    void *a, *b;
+    CK(cudaMalloc(&a, bytes));
+    CK(cudaMalloc(&b, bytes));
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    float best = 1e30f;
+    for (int i = 0; i < 6; i++) {
+        CK(cudaEventRecord(e0));
+        CK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice));
+        CK(cudaEventRecord(e1));
+        CK(cudaEventSynchronize(e1));
+        float ms;
+        CK(cudaEventElapsedTime(&ms, e0, e1));
+        if (i)
+            best = std::min(best, ms);
+    }
+    CK(cudaFree(a));
+    CK(cudaFree(b));
+    return 2.0 * bytes / (best * 1e-3) / 1e9;
+}
+
+int main(int argc, char **argv)
+{
+    const bool quick = argc > 1 && !strcmp(argv[1], "--quick");
+    if (argc > 1 && !strcmp(argv[1], "--host-check")) { /* no device needed (scripts/test.sh) */
+        rng r{0x9e3779b97f4a7c15ull};
+        int bad = 0;
+        for (int i = 0; i < 64; i++)
+            bad += host_check_mapping(r);
+        printf("host replay of the kernel's dequantization, 64 random blocks per type: %s\n",
+               bad ? "FAIL" : "ok");
+        return bad ? 1 : 0;
+    }
+    cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, 0));
+    const double gbs = copy_gbs();
+    printf("hmma-probe on %s (%d SMs); device-to-device copy %.0f GB/s (read + write, 1 GiB)\n",
+           prop.name, prop.multiProcessorCount, gbs);
+    cudaStream_t st;
+    CK(cudaStreamCreate(&st));
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    const int tiers[] = {1, 2, 4, 8, 16};
+    set_smem_attr<QT_Q4K, 1>();
+    set_smem_attr<QT_Q4K, 2>();
+    set_smem_attr<QT_Q6KR, 1>();
+    set_smem_attr<QT_Q6KR, 2>();
+    rng r{0x9e3779b97f4a7c15ull};
+    int failures = host_check_mapping(r);
+    printf("host replay of the kernel's dequantization: %s\n", failures ? "FAIL" : "ok");
+    struct result {
+        kcfg best;
+        double us[5];
+    };
+    std::vector<result> results;
+    double tick_us[5] = {}, tick_floor = 0;
+    for (const shape &s : SHAPES) {
+        if (quick && s.n_rows > 100000)
+            continue;
+        dev_weights dw;
+        upload(s, dw, r, (size_t)256 << 20);
+        const size_t nsb = (size_t)s.n_in / QK;
+        const double bytes = (double)s.n_rows * nsb * (s.qt == QT_Q4K ? Q4K_BYTES : Q6K_BYTES);
+        std::vector<uint16_t> xh;
+        gen_x(xh, (size_t)16 * s.n_in, r);
+        __half *x, *x1;
+        float *y;
+        CK(cudaMalloc(&x, xh.size() * 2));
+        CK(cudaMalloc(&x1, xh.size() * 2));
+        CK(cudaMalloc(&y, (size_t)16 * s.n_rows * 4));
+        CK(cudaMemcpy(x, xh.data(), xh.size() * 2, cudaMemcpyHostToDevice));
+        workspace wk;
+        CK(cudaMalloc(&wk.ws, (size_t)(s.n_in / QK) * 16 * s.n_rows * 4));
+        CK(cudaMalloc(&wk.cnt, (size_t)(s.n_rows / 16) * 4));
+        CK(cudaMemset(wk.cnt, 0, (size_t)(s.n_rows / 16) * 4));
+
+        /* accuracy: tier 16, v3 W=4 R=1 KS=2, rows checked: a spread of 256 (all when fewer) */
+        std::vector<float> yh((size_t)16 * s.n_rows), yb1(s.n_rows), yb((size_t)16 * s.n_rows);
+        launch(s, dw, 0, x, y, 16, kcfg{3, 4, 1, 2}, wk, st);
+        CK(cudaStreamSynchronize(st));
+        CK(cudaMemcpy(yh.data(), y, yh.size() * 4, cudaMemcpyDeviceToHost));
+        double worst = 0;
+        {
+            std::vector<float> wrow(s.n_in);
+            const int step = std::max(1, s.n_rows / 256);
+            for (int row = 0; row < s.n_rows; row += step) {
+                for (size_t k = 0; k < nsb; k++) {
+                    if (s.qt == QT_Q4K)
+                        deq_q4k(&dw.host[((size_t)row * nsb + k) * Q4K_BYTES], &wrow[k * QK]);
+                    else
+                        deq_q6k(&dw.host[((size_t)row * nsb + k) * Q6K_BYTES], &wrow[k * QK]);
+                }
+                for (int c = 0; c < 16; c++) {
+                    double ref = 0, mag = 0;
+                    for (int k = 0; k < s.n_in; k++) {
+                        const double p = (double)wrow[k] * h2f(xh[(size_t)c * s.n_in + k]);
+                        ref += p;
+                        mag += fabs(p);
+                    }
+                    /* fp32 accumulation over n_in / 16 MMA steps and S partials: bound
+                     * 2^-24 x (n_in / 16 + S) x sum |w x|, with 4x room for the MMA's own
+                     * internal alignment */
+                    const double bound = 4.0 * ldexp(1.0, -24) * (s.n_in / 16 + 4) * mag + 1e-30;
+                    const double got = yh[(size_t)c * s.n_rows + row];
+                    if (!std::isfinite(got) || fabs(got - ref) > bound) {
+                        if (failures < 10)
+                            printf("  ACCURACY %s row %d col %d: got %.9g ref %.9g bound %.3g\n",
+                                   s.name, row, c, got, ref, bound);
+                        failures++;
+                    }
+                    worst = std::max(worst, fabs(got - ref) / bound);
+                }
+            }
+        }
+
+        /* batch invariance: column 0 alone (B = 1) against the same column at every slot of
+         * every tier, the other columns random (memcmp), for each configuration */
+        int inv_bad = 0, inv_n = 0;
+        for (const kcfg &kc : CONFIGS) {
+            if (!cfg_ok(kc, s))
+                continue;
+            char nm[32];
+            cfg_name(kc, nm, sizeof nm);
+            CK(cudaMemcpy(x1, x, (size_t)s.n_in * 2, cudaMemcpyDeviceToDevice));
+            launch(s, dw, 0, x1, y, 1, kc, wk, st);
+            CK(cudaStreamSynchronize(st));
+            CK(cudaMemcpy(yb1.data(), y, (size_t)s.n_rows * 4, cudaMemcpyDeviceToHost));
+            for (int b : tiers) {
+                for (int slot = 0; slot < b; slot += (b > 4 ? 3 : 1)) {
+                    /* x1 = random columns with column 0 of x at this slot */
+                    std::vector<uint16_t> xs;
+                    gen_x(xs, (size_t)b * s.n_in, r);
+                    memcpy(&xs[(size_t)slot * s.n_in], xh.data(), (size_t)s.n_in * 2);
+                    CK(cudaMemcpy(x1, xs.data(), xs.size() * 2, cudaMemcpyHostToDevice));
+                    launch(s, dw, 0, x1, y, b, kc, wk, st);
+                    CK(cudaStreamSynchronize(st));
+                    CK(cudaMemcpy(yb.data(), y, (size_t)b * s.n_rows * 4, cudaMemcpyDeviceToHost));
+                    inv_n++;
+                    if (memcmp(&yb[(size_t)slot * s.n_rows], yb1.data(), (size_t)s.n_rows * 4)) {
+                        inv_bad++;
+                        if (failures < 10)
+                            printf("  INVARIANCE %s %s B=%d slot %d: column differs from B=1\n",
+                                   s.name, nm, b, slot);
+                        failures++;
+                    }
+                }
+            }
+        }
+        printf("%-28s accuracy worst |d|/bound %.3f  invariance %d/%d ok\n", s.name, worst,
+               inv_n - inv_bad, inv_n);
+
+        /* speed: each (configuration, B), launches back to back over rotated copies (PDL) */
+        result res{kcfg{0, 0, 0, 0}, {}};
+        double best_sum = 1e30;
+        for (const kcfg &kc : CONFIGS) {
+            if (!cfg_ok(kc, s))
+                continue;
+            double us[5];
+            for (int ti = 0; ti < 5; ti++) {
+                const int b = tiers[ti], reps = std::max(20, std::min(400, dw.copies * 4));
+                for (int i = 0; i < 4; i++)
+                    launch(s, dw, i % dw.copies, x, y, b, kc, wk, st);
+                CK(cudaEventRecord(e0, st));
+                for (int i = 0; i < reps; i++)
+                    launch(s, dw, i % dw.copies, x, y, b, kc, wk, st);
+                CK(cudaEventRecord(e1, st));
+                CK(cudaEventSynchronize(e1));
+                float ms;
+                CK(cudaEventElapsedTime(&ms, e0, e1));
+                us[ti] = 1e3 * ms / reps;
+            }
+            char nm[32];
+            cfg_name(kc, nm, sizeof nm);
+            printf("  %-11s", nm);
+            for (int ti = 0; ti < 5; ti++)
+                printf("  B=%-2d %7.1f us %3.0f%%", tiers[ti], us[ti],
+                       100.0 * bytes / (us[ti] * 1e-6) / (gbs * 1e9));
+            printf("\n");
+            double sum = 0;
+            for (double u : us)
+                sum += u;
+            if (sum < best_sum) {
+                best_sum = sum;
+                res.best = kc;
+                memcpy(res.us, us, sizeof us);
+            }
+        }
+        results.push_back(res);
+        const double floor_us = bytes / (gbs * 1e9) * 1e6;
+        for (int ti = 0; ti < 5; ti++)
+            tick_us[ti] += s.per_tick * res.us[ti];
+        tick_floor += s.per_tick * floor_us;
+        CK(cudaFree(x));
+        CK(cudaFree(x1));
+        CK(cudaFree(y));
+        CK(cudaFree(wk.ws));
+        CK(cudaFree(wk.cnt));
+        CK(cudaFree(dw.w));
+        if (dw.wd)
+            CK(cudaFree(dw.wd));
+        CK(cudaGetLastError());
+    }
+
+    printf("\nTABLE| shape | MB | floor us | kernel | B=1 | B=2 | B=4 | B=8 | B=16 (us per launch, "
+           "the configuration with the least sum over tiers; %% of copy below)\n");
+    int k = 0;
+    for (const shape &s : SHAPES) {
+        if (quick && s.n_rows > 100000)
+            continue;
+        const double bytes =
+            (double)s.n_rows * (s.n_in / QK) * (s.qt == QT_Q4K ? Q4K_BYTES : Q6K_BYTES);
+        const result &res = results[k++];
+        char nm[32];
+        cfg_name(res.best, nm, sizeof nm);
+        printf("TABLE| %-28s | %7.1f | %8.2f | %-11s |", s.name, bytes / 1e6,
+               bytes / (gbs * 1e9) * 1e6, nm);
+        for (double u : res.us)
+            printf(" %7.1f |", u);
+        printf("\nTABLE| %-28s |         |          |             |", "  % copy");
+        for (double u : res.us)
+            printf(" %6.0f%% |", 100.0 * bytes / (u * 1e-6) / (gbs * 1e9));
+        printf("\n");
+    }
+    printf("TABLE| %-28s |         | %8.1f |             |", "9b tick (launches x us)", tick_floor);
+    for (double u : tick_us)
+        printf(" %7.1f |", u);
+    printf("\n%s: %d check(s) failed\n", failures ? "FAIL" : "PASS", failures);
+    return failures ? 1 : 0;
+}
