@@ -158,21 +158,22 @@ __device__ __forceinline__ uint32_t word_of(const uint4 (&q)[2], int w)
     return k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w;
 }
 
-/* q4_K's (sc, m) of sub-block j from the 12 packed bytes (GGUF get_scale_min_k4) */
-__device__ __forceinline__ void q4k_scale_min(const uint4 &hdr, int j, int &sc, int &m)
+/* q4_K: lane t's two sub-blocks (2 t, 2 t + 1), (sc, m) from the 12 packed scale bytes (s0..s3,
+ * s4..s7, s8..s11), branch-free: GGUF keeps sc_j, m_j in bytes j, j + 4 for j < 4; for j >= 4
+ * their low 4 bits in byte j + 4, their top 2 bits in the top bits of bytes j - 4 and j.
+ * Host and device (the host check replays it against GGUF's get_scale_min_k4). */
+__host__ __device__ inline void q4k_lane_scales(uint32_t s0, uint32_t s1, uint32_t s2, int t,
+                                                int &sc0, int &sc1, int &m0, int &m1)
 {
-    auto byte =
-        [&](int i) { /* scales[i], i = 0..11: bytes 4.. of the header, no local array */
-                     const uint32_t v = (i >> 2) == 0 ? hdr.y : (i >> 2) == 1 ? hdr.z : hdr.w;
-                     return (int)((v >> (8 * (i & 3))) & 0xff);
-        };
-    if (j < 4) {
-        sc = byte(j) & 63;
-        m = byte(j + 4) & 63;
-    } else {
-        sc = (byte(j + 4) & 0xf) | ((byte(j - 4) >> 6) << 4);
-        m = (byte(j + 4) >> 4) | ((byte(j) >> 6) << 4);
-    }
+    const uint32_t sc_lo = s0 & 0x3f3f3f3fu, m_lo = s1 & 0x3f3f3f3fu;
+    const uint32_t sc_hi = (s2 & 0x0f0f0f0fu) | ((s0 >> 2) & 0x30303030u);
+    const uint32_t m_hi = ((s2 >> 4) & 0x0f0f0f0fu) | ((s1 >> 2) & 0x30303030u);
+    const uint32_t scw = t < 2 ? sc_lo : sc_hi, mw = t < 2 ? m_lo : m_hi;
+    const int sh = 16 * (t & 1);
+    sc0 = (int)((scw >> sh) & 0xff);
+    sc1 = (int)((scw >> (sh + 8)) & 0xff);
+    m0 = (int)((mw >> sh) & 0xff);
+    m1 = (int)((mw >> (sh + 8)) & 0xff);
 }
 
 /*
@@ -188,9 +189,8 @@ __device__ __forceinline__ q4k_rs q4k_row_scales(const uint4 &hdr, int t)
 {
     const float d = __half2float(__ushort_as_half((unsigned short)(hdr.x & 0xffff)));
     const float dmin = __half2float(__ushort_as_half((unsigned short)(hdr.x >> 16)));
-    int sc0, m0, sc1, m1;
-    q4k_scale_min(hdr, 2 * t, sc0, m0);
-    q4k_scale_min(hdr, 2 * t + 1, sc1, m1);
+    int sc0, sc1, m0, m1;
+    q4k_lane_scales(hdr.y, hdr.z, hdr.w, t, sc0, sc1, m0, m1);
     q4k_rs r;
     r.ds0 = __half2half2(__float2half_rn(d * (float)sc0));
     r.dm0 = __half2half2(__float2half_rn(-dmin * (float)m0));
@@ -844,8 +844,20 @@ static int host_check_mapping(rng &r)
                         const int e = 64 * t + 32 * (k >> 1) + 4 * w + 2 * (k & 1) + z;
                         float wv;
                         if (qt == QT_Q4K) {
-                            int sc, m;
+                            int sc, m, lsc[2], lm[2], hsc, hm;
                             q4k_scale_min_host(&blk[4], 2 * t + (k >> 1), sc, m);
+                            uint32_t sw[3];
+                            memcpy(sw, &blk[4], 12);
+                            q4k_lane_scales(sw[0], sw[1], sw[2], t, lsc[0], lsc[1], lm[0], lm[1]);
+                            hsc = lsc[k >> 1];
+                            hm = lm[k >> 1];
+                            if (hsc != sc || hm != m) {
+                                if (bad < 5)
+                                    printf("  SCALES q4_K t %d sub-block %d: (%d, %d), "
+                                           "reference (%d, %d)\n",
+                                           t, 2 * t + (k >> 1), hsc, hm, sc, m);
+                                bad++;
+                            }
                             uint16_t dh, mh;
                             memcpy(&dh, &blk[0], 2);
                             memcpy(&mh, &blk[2], 2);
