@@ -343,7 +343,7 @@ __global__ void __launch_bounds__(MAX_S * 32)
         }
 }
 
-/* one super-block of the tile from shared memory (v2, v3): rows g and g + 8 read at wb0, wb1
+/* one super-block of the tile from shared memory (v3): rows g and g + 8 read at wb0, wb1
  * (their block), activations of column c at xq + c xstride (the lane's quarter), q6_K-r's d
  * of the two rows in d0, d1; accumulates into acc */
 template <int QT, int NT>
@@ -405,7 +405,7 @@ __device__ __forceinline__ void sb_mma(const uint8_t *wb0, const uint8_t *wb1, c
     }
 }
 
-/* the block's results (v2, v3): straight to y when K is one part, else to the workspace, and
+/* the block's results (v3): straight to y when K is one part, else to the workspace, and
  * the last block of the row group to arrive (a device counter) sums the parts in part order */
 template <int NT>
 __device__ __forceinline__ void store_parts(const float (&acc)[NT][4], float *y, float *ws,
@@ -445,19 +445,6 @@ __device__ __forceinline__ void store_parts(const float (&acc)[NT][4], float *y,
         cnt[blockIdx.x] = 0;
 }
 
-/*
- * v2, "staged": a CUDA block is W warps x 16 rows (each warp its own row tile) over a range of
- * R super-blocks of K; the grid is (n_rows / 16 W) x (n_sb / R). Before griddepcontrol.wait
- * every thread issues cp.async for the block's whole weight tile (16 W rows x R blocks, up to
- * 72 KB: all of it in flight at once, no register cost); after it, the block's activations
- * (b columns x 256 R elements, f16) follow into shared memory, read back by all W warps (W x
- * the reuse of v1, where every warp loaded its own). Partials of the K ranges go to a
- * workspace; the last block of a row group to finish (a device counter) sums them in range
- * order, so the order is fixed by the shape and R, never by arrival or b.
- * Shared layouts (bank-conflict-free for the fragment reads): weight rows at a stride = 16
- * (mod 128) bytes; activations per column in 64-element quarters of 144 bytes (128 + 16 pad),
- * columns at a stride = 64 (mod 128).
- */
 __device__ __forceinline__ void cp_async16(void *smem, const void *gmem)
 {
     const unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
@@ -469,68 +456,19 @@ __host__ __device__ inline int pad_to(int bytes, int rem) /* smallest >= bytes, 
     return bytes + ((rem - bytes % 128) + 128) % 128;
 }
 
-template <int QT, int NT>
-__global__ void __launch_bounds__(256)
-    hmma_mv2(const uint8_t *__restrict__ w, const __half *__restrict__ wd,
-             const __half *__restrict__ x, float *__restrict__ y, float *__restrict__ ws,
-             unsigned *__restrict__ cnt, int n_rows, int n_in, int b, int R)
-{
-    asm volatile("griddepcontrol.launch_dependents;");
-    extern __shared__ __align__(16) uint8_t sm[];
-    const int nw = blockDim.x >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int g = lane >> 2, t = lane & 3;
-    const int nsb = n_in / QK, blk = QT == QT_Q4K ? Q4K_BYTES : Q6KR_BYTES;
-    const int rows = 16 * nw, row0 = blockIdx.x * rows, ks = blockIdx.y, nks = gridDim.y;
-    const int sb0 = ks * R;
-    const int wstride = pad_to(R * blk, 16), xstride = pad_to(R * 4 * 144, 64);
-    uint8_t *sw = sm, *sx = sm + (size_t)rows * wstride;
-    /* the weight tile: rows x R blocks, 16-byte pieces */
-    const int per_row = R * blk / 16;
-    for (int i = threadIdx.x; i < rows * per_row; i += blockDim.x) {
-        const int r = i / per_row, c = i % per_row;
-        const int row = min(row0 + r, n_rows - 1);
-        cp_async16(sw + (size_t)r * wstride + 16 * c, w + ((size_t)row * nsb + sb0) * blk + 16 * c);
-    }
-    asm volatile("cp.async.commit_group;");
-    const int r0 = row0 + 16 * warp + g, r1 = r0 + 8;
-    uint32_t dq0[4] = {}, dq1[4] = {};
-    if (QT == QT_Q6KR)
-        for (int j = 0; j < R && j < 4; j++) {
-            dq0[j] = __ldg(reinterpret_cast<const unsigned short *>(
-                wd + (size_t)min(r0, n_rows - 1) * nsb + sb0 + j));
-            dq1[j] = __ldg(reinterpret_cast<const unsigned short *>(
-                wd + (size_t)min(r1, n_rows - 1) * nsb + sb0 + j));
-        }
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-    /* activations: b columns x 256 R elements, 8 per piece */
-    const int xpieces = R * 32;
-    for (int i = threadIdx.x; i < b * xpieces; i += blockDim.x) {
-        const int c = i / xpieces, u = i % xpieces;
-        cp_async16(sx + (size_t)c * xstride + (u >> 3) * 144 + 16 * (u & 7),
-                   x + (size_t)c * n_in + (size_t)sb0 * QK + 8 * u);
-    }
-    asm volatile("cp.async.commit_group;");
-    asm volatile("cp.async.wait_group 0;" ::: "memory");
-    __syncthreads();
-
-    float acc[NT][4] = {};
-    const uint8_t *wr0 = sw + (size_t)(16 * warp + g) * wstride, *wr1 = wr0 + 8 * (size_t)wstride;
-    for (int j = 0; j < R; j++) {
-        const uint32_t d0 = j == 0 ? dq0[0] : j == 1 ? dq0[1] : j == 2 ? dq0[2] : dq0[3];
-        const uint32_t d1 = j == 0 ? dq1[0] : j == 1 ? dq1[1] : j == 2 ? dq1[2] : dq1[3];
-        sb_mma<QT, NT>(wr0 + j * blk, wr1 + j * blk, sx + (4 * j + t) * 144, xstride, g, t, b, d0,
-                       d1, acc);
-    }
-    store_parts<NT>(acc, y, ws, cnt, r0, r1, t, b, n_rows, row0, rows, ks, nks);
-}
-
 /*
- * v3, "pipelined": v2's shared layouts, but a CUDA block (W warps x 16 rows) walks its K part
+ * Shared layouts (bank-conflict-free for the fragment reads): weight rows at a stride = 16
+ * (mod 128) bytes; activations per column in 64-element quarters of 144 bytes (128 + 16 pad),
+ * columns at a stride = 64 (mod 128). (v2 of session 22 staged a block's whole tile before
+ * griddepcontrol.wait and computed it after: loads and compute did not overlap; removed.)
+ *
+ * v3, "pipelined": a CUDA block (W warps x 16 rows) walks its K part
  * (n_sb / KS super-blocks) in items of R super-blocks through a two-stage cp.async ring: the
  * weights and activations of item i + 1 are in flight while item i is computed, so the loads
  * and the dequantization overlap inside a block instead of across blocks. The accumulators
  * stay in registers across the items (the MMA chain runs in K order); with KS > 1 the parts
- * meet in the workspace as in v2 (range order). R is a template parameter, so the cp.async
+ * meet in a workspace and the last block of a row group to arrive (a device counter) sums
+ * them in part order, never arrival order. R is a template parameter, so the cp.async
  * address arithmetic divides by constants.
  */
 template <int QT, int NT, int R>
@@ -627,16 +565,11 @@ __global__ void __launch_bounds__(256)
     store_parts<NT>(acc, y, ws, cnt, r0, r1, t, b, n_rows, row0, rows, ks, nks);
 }
 
-static size_t smem_v2(int qt, int nw, int R, int b);
+/* v3's shared memory: two stages of (weight tile + activations) */
 static size_t smem_v3(int qt, int nw, int R, int b)
 {
-    return 2 * smem_v2(qt, nw, R, b);
-}
-
-static size_t smem_v2(int qt, int nw, int R, int b)
-{
     const int blk = qt == QT_Q4K ? Q4K_BYTES : Q6KR_BYTES;
-    return (size_t)16 * nw * pad_to(R * blk, 16) + (size_t)b * pad_to(R * 4 * 144, 64);
+    return 2 * ((size_t)16 * nw * pad_to(R * blk, 16) + (size_t)b * pad_to(R * 4 * 144, 64));
 }
 
 /* ---------------------------------------------------------------- host: formats, reference */
@@ -909,23 +842,24 @@ struct dev_weights {
     std::vector<uint8_t> host; /* GGUF blocks of one copy (reference) */
 };
 
-/* a kernel configuration: v1 (warp-split, S = a warps per 16 rows), v2 (staged, W = a warps x
- * 16 rows per block, R super-blocks per K range), v3 (pipelined: W = a, items of R, KS parts) */
+/* a kernel configuration: v1 (warp-split, S = a warps per 16 rows) or v3 (pipelined: W = a warps
+ * x 16 rows per block, items of R super-blocks, KS parts of K); v2 (a block's whole tile
+ * staged, then computed) measured in session 22 and removed: v3 keeps its layouts */
 struct kcfg {
     int v, a, R, ks;
+    int occ; /* v3: at most this many blocks per SM (shared memory padded to it), 0: no cap */
 };
 
-static const kcfg CONFIGS[] = {{1, 8, 0, 0}, {2, 8, 2, 0}, {3, 4, 1, 1}, {3, 4, 2, 1},
-                               {3, 4, 1, 2}, {3, 4, 2, 2}, {3, 4, 1, 4}, {3, 4, 2, 4},
-                               {3, 8, 1, 1}, {3, 8, 1, 2}, {3, 2, 1, 4}, {3, 2, 2, 4}};
+static const kcfg CONFIGS[] = {{1, 8, 0, 0, 0}, {3, 4, 1, 1, 0}, {3, 4, 2, 1, 0}, {3, 4, 2, 1, 2},
+                               {3, 4, 2, 1, 3}, {3, 4, 1, 2, 0}, {3, 4, 2, 2, 0}, {3, 4, 2, 2, 2},
+                               {3, 4, 2, 2, 3}, {3, 4, 1, 4, 0}, {3, 4, 2, 4, 0}, {3, 4, 2, 4, 3},
+                               {3, 8, 1, 1, 0}, {3, 8, 1, 1, 2}, {3, 2, 2, 4, 0}};
 
 static bool cfg_ok(const kcfg &c, const shape &s)
 {
     const int nsb = s.n_in / QK;
     if (c.v == 1)
         return c.a <= nsb;
-    if (c.v == 2)
-        return nsb % c.R == 0 && s.n_rows % (16 * c.a) == 0;
     return nsb % (c.R * c.ks) == 0 && s.n_rows % (16 * c.a) == 0;
 }
 
@@ -933,10 +867,8 @@ static void cfg_name(const kcfg &c, char *buf, size_t n)
 {
     if (c.v == 1)
         snprintf(buf, n, "v1 S=%d", c.a);
-    else if (c.v == 2)
-        snprintf(buf, n, "v2 W=%d R=%d", c.a, c.R);
     else
-        snprintf(buf, n, "v3 W%d R%d K%d", c.a, c.R, c.ks);
+        snprintf(buf, n, c.occ ? "v3 W%d R%d K%d o%d" : "v3 W%d R%d K%d", c.a, c.R, c.ks, c.occ);
 }
 
 struct workspace {
@@ -946,8 +878,6 @@ struct workspace {
 
 template <int QT, int NT> static void set_smem_attr(void)
 {
-    CK(cudaFuncSetAttribute(hmma_mv2<QT, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                            200 * 1024));
     CK(cudaFuncSetAttribute(hmma_mv3<QT, NT, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                             200 * 1024));
     CK(cudaFuncSetAttribute(hmma_mv3<QT, NT, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -971,14 +901,13 @@ static void launch(const shape &s, const dev_weights &dw, int copy, const __half
     if (kc.v == 1) {
         cfg.gridDim = dim3((unsigned)((s.n_rows + 15) / 16));
         cfg.blockDim = dim3((unsigned)(32 * kc.a));
-    } else if (kc.v == 2) {
-        cfg.gridDim = dim3((unsigned)(s.n_rows / (16 * kc.a)), (unsigned)(s.n_in / QK / kc.R));
-        cfg.blockDim = dim3((unsigned)(32 * kc.a));
-        cfg.dynamicSmemBytes = smem_v2(s.qt, kc.a, kc.R, b);
     } else {
         cfg.gridDim = dim3((unsigned)(s.n_rows / (16 * kc.a)), (unsigned)kc.ks);
         cfg.blockDim = dim3((unsigned)(32 * kc.a));
         cfg.dynamicSmemBytes = smem_v3(s.qt, kc.a, kc.R, b);
+        if (kc.occ) /* pad: the SM's 228 KB less 1 KB per block for the system */
+            cfg.dynamicSmemBytes =
+                std::max(cfg.dynamicSmemBytes, (size_t)(228 * 1024 / kc.occ - 1024 - 64));
     }
     cfg.stream = st;
     cudaLaunchAttribute at[1];
@@ -996,7 +925,7 @@ static void launch(const shape &s, const dev_weights &dw, int copy, const __half
         else
             CK(cudaLaunchKernelEx(&cfg, b <= 8 ? hmma_mv<QT_Q6KR, 1> : hmma_mv<QT_Q6KR, 2>, w, wd,
                                   x, y, n, k, b));
-    } else if (kc.v == 3) {
+    } else {
         if (s.qt == QT_Q4K && b <= 8)
             launch_v3<QT_Q4K, 1>(cfg, kc.R, w, wd, x, y, wk, n, k, b);
         else if (s.qt == QT_Q4K)
@@ -1005,13 +934,6 @@ static void launch(const shape &s, const dev_weights &dw, int copy, const __half
             launch_v3<QT_Q6KR, 1>(cfg, kc.R, w, wd, x, y, wk, n, k, b);
         else
             launch_v3<QT_Q6KR, 2>(cfg, kc.R, w, wd, x, y, wk, n, k, b);
-    } else {
-        if (s.qt == QT_Q4K)
-            CK(cudaLaunchKernelEx(&cfg, b <= 8 ? hmma_mv2<QT_Q4K, 1> : hmma_mv2<QT_Q4K, 2>, w, wd,
-                                  x, y, wk.ws, wk.cnt, n, k, b, kc.R));
-        else
-            CK(cudaLaunchKernelEx(&cfg, b <= 8 ? hmma_mv2<QT_Q6KR, 1> : hmma_mv2<QT_Q6KR, 2>, w, wd,
-                                  x, y, wk.ws, wk.cnt, n, k, b, kc.R));
     }
 }
 
@@ -1140,7 +1062,7 @@ int main(int argc, char **argv)
 
         /* accuracy: tier 16, v3 W=4 R=1 KS=2, rows checked: a spread of 256 (all when fewer) */
         std::vector<float> yh((size_t)16 * s.n_rows), yb1(s.n_rows), yb((size_t)16 * s.n_rows);
-        launch(s, dw, 0, x, y, 16, kcfg{3, 4, 1, 2}, wk, st);
+        launch(s, dw, 0, x, y, 16, kcfg{3, 4, 1, 2, 0}, wk, st);
         CK(cudaStreamSynchronize(st));
         CK(cudaMemcpy(yh.data(), y, yh.size() * 4, cudaMemcpyDeviceToHost));
         double worst = 0;
@@ -1214,7 +1136,7 @@ int main(int argc, char **argv)
                inv_n - inv_bad, inv_n);
 
         /* speed: each (configuration, B), launches back to back over rotated copies (PDL) */
-        result res{kcfg{0, 0, 0, 0}, {}};
+        result res{kcfg{0, 0, 0, 0, 0}, {}};
         double best_sum = 1e30;
         for (const kcfg &kc : CONFIGS) {
             if (!cfg_ok(kc, s))
@@ -1235,7 +1157,7 @@ int main(int argc, char **argv)
             }
             char nm[32];
             cfg_name(kc, nm, sizeof nm);
-            printf("  %-11s", nm);
+            printf("  %-16s", nm);
             for (int ti = 0; ti < 5; ti++)
                 printf("  B=%-2d %7.1f us %3.0f%%", tiers[ti], us[ti],
                        100.0 * bytes / (us[ti] * 1e-6) / (gbs * 1e9));
@@ -1276,16 +1198,17 @@ int main(int argc, char **argv)
         const result &res = results[k++];
         char nm[32];
         cfg_name(res.best, nm, sizeof nm);
-        printf("TABLE| %-28s | %7.1f | %8.2f | %-11s |", s.name, bytes / 1e6,
+        printf("TABLE| %-28s | %7.1f | %8.2f | %-16s |", s.name, bytes / 1e6,
                bytes / (gbs * 1e9) * 1e6, nm);
         for (double u : res.us)
             printf(" %7.1f |", u);
-        printf("\nTABLE| %-28s |         |          |             |", "  % copy");
+        printf("\nTABLE| %-28s |         |          |                  |", "  % copy");
         for (double u : res.us)
             printf(" %6.0f%% |", 100.0 * bytes / (u * 1e-6) / (gbs * 1e9));
         printf("\n");
     }
-    printf("TABLE| %-28s |         | %8.1f |             |", "9b tick (launches x us)", tick_floor);
+    printf("TABLE| %-28s |         | %8.1f |                  |", "9b tick (launches x us)",
+           tick_floor);
     for (double u : tick_us)
         printf(" %7.1f |", u);
     printf("\n%s: %d check(s) failed\n", failures ? "FAIL" : "PASS", failures);
