@@ -12,6 +12,8 @@
 # bench/device-ab.sh on those variants (prepared here, .carry/ab carried) after the op tests
 # and before the bench, with AB_ARGS and AB_BUDGET (default 240 s): one call, one machine start.
 # PROBE=hmma runs bench/device-probe.sh hmma (.carry/probe carried) while the 9b forges.
+# TIMELINE="16" (tiers) runs bench/device-timeline.sh after the bench: each kernel of an eager
+# tick under ncu, summed per op class (where B = 16's time goes, kernel by kernel).
 #
 #   scripts/device-all.sh carry   HERE (both carry folders)
 #   scripts/device-quick.sh       THERE, with .carry/cudabackend and .carry/bench carried
@@ -51,6 +53,11 @@ if [ "${BENCH:-1}" != 0 ]; then
   OUT=$out/bench BUDGET=${BENCH_BUDGET:-150} bench/device-bench.sh >"$out/bench/summary.txt" 2>&1
   rm -f "$out/bench/kcache.tgz"
 fi
+if [ -n "${TIMELINE:-}" ]; then # ncu over one eager tick per tier (the 9b forged above)
+  mkdir -p "$out/timeline"
+  TIERS=$TIMELINE OUT=$out/timeline bench/device-timeline.sh >"$out/timeline/run.log" 2>&1
+  echo "device-timeline rc=$?" >>"$out/timeline/run.log"
+fi
 if [ -n "${NCU:-}" ]; then # Nsight Compute on the mmvq bench shapes (kernels cached by now)
   OUT=$out bench/device-ncu.sh >"$out/ncu-digest.txt" 2>&1
 fi
@@ -61,6 +68,7 @@ fi
 [ -f "$out/probe.txt" ] && grep -E "^TABLE\||invariance|FAIL|PASS|rc=|^hmma-probe|^host|^  S=|ACCURACY|INVARIANCE" "$out/probe.txt" | cut -c1-240
 [ -f "$out/ab/ab.txt" ] && cat "$out/ab/ab.txt"
 [ -f "$out/bench/summary.txt" ] && tail -n 30 "$out/bench/summary.txt"
+[ -f "$out/timeline/timeline.txt" ] && grep -E "^B=|^  [a-z_]+ +[0-9]" "$out/timeline/timeline.txt" | head -n 30
 [ -f "$out/ncu-digest.txt" ] && tail -n 40 "$out/ncu-digest.txt" | cut -c1-200
 [ -f "$out/mmvq.log" ] && grep -E "^TABLE\||Checks|:F:|:E:|rc=|killed" "$out/mmvq.log" | cut -c1-160
 [ -f "$out/ops.log" ] && grep -E "Checks|:F:|:E:|rc=" "$out/ops.log"
