@@ -83,9 +83,21 @@ __device__ __forceinline__ uint4 ldg_x(const __half *p)
     return __ldg(reinterpret_cast<const uint4 *>(p)); /* activations: reused, cached */
 }
 
-__device__ __forceinline__ uint32_t lop_or(uint32_t a, uint32_t mask, uint32_t magic)
+/* (a & mask) | magic in one LOP3: written in C, ptxas emitted two (a review of session 22
+ * found it in the SASS); 0xea is the truth table of (A & B) | C */
+template <uint32_t MASK> __device__ __forceinline__ uint32_t lop_or(uint32_t a, uint32_t magic)
 {
-    return (a & mask) | magic; /* one LOP3 */
+    uint32_t d;
+    asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(d) : "r"(a), "n"(MASK), "r"(magic));
+    return d;
+}
+
+/* (a & mask) | b in one LOP3 (q6_K-r: the high bits merged into an already formed code) */
+template <uint32_t MASK> __device__ __forceinline__ uint32_t lop_or_r(uint32_t a, uint32_t b)
+{
+    uint32_t d;
+    asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(d) : "r"(a), "n"(MASK), "r"(b));
+    return d;
 }
 
 __device__ __forceinline__ uint32_t h2u(__half2 h)
@@ -204,10 +216,10 @@ __device__ __forceinline__ void q4k_word(uint32_t v, const q4k_rs &s, uint32_t (
     const __half2 k1024 = u2h(0x64006400u), k64 = u2h(0x54005400u);
     const uint32_t u0 = __byte_perm(v, 0, 0x3120); /* bytes b0 b2 b1 b3 */
     const uint32_t u1 = u0 >> 8;
-    f[0] = h2u(__hfma2(__hsub2(u2h(lop_or(u0, 0x000f000fu, 0x64006400u)), k1024), s.ds0, s.dm0));
-    f[1] = h2u(__hfma2(__hsub2(u2h(lop_or(u1, 0x000f000fu, 0x64006400u)), k1024), s.ds0, s.dm0));
-    f[2] = h2u(__hfma2(__hsub2(u2h(lop_or(u0, 0x00f000f0u, 0x54005400u)), k64), s.ds1, s.dm1));
-    f[3] = h2u(__hfma2(__hsub2(u2h(lop_or(u1, 0x00f000f0u, 0x54005400u)), k64), s.ds1, s.dm1));
+    f[0] = h2u(__hfma2(__hsub2(u2h(lop_or<0x000f000fu>(u0, 0x64006400u)), k1024), s.ds0, s.dm0));
+    f[1] = h2u(__hfma2(__hsub2(u2h(lop_or<0x000f000fu>(u1, 0x64006400u)), k1024), s.ds0, s.dm0));
+    f[2] = h2u(__hfma2(__hsub2(u2h(lop_or<0x00f000f0u>(u0, 0x54005400u)), k64), s.ds1, s.dm1));
+    f[3] = h2u(__hfma2(__hsub2(u2h(lop_or<0x00f000f0u>(u1, 0x54005400u)), k64), s.ds1, s.dm1));
 }
 
 struct q6k_rs {
@@ -233,10 +245,10 @@ __device__ __forceinline__ void q6k_word(uint32_t v, uint32_t qhw, int w, const 
     const uint32_t u0 = __byte_perm(v, 0, 0x3120), u1 = u0 >> 8;
     const uint32_t qp = qhw >> (8 * (w & 1));
     const uint32_t q4 = qp << 4, q2 = qp << 2;
-    const uint32_t c0 = lop_or(u0, 0x000f000fu, 0x64006400u) | (q4 & 0x00300030u);
-    const uint32_t c1 = lop_or(u1, 0x000f000fu, 0x64006400u) | (q2 & 0x00300030u);
-    const uint32_t c2 = lop_or(u0, 0x00f000f0u, 0x54005400u) | (q4 & 0x03000300u);
-    const uint32_t c3 = lop_or(u1, 0x00f000f0u, 0x54005400u) | (q2 & 0x03000300u);
+    const uint32_t c0 = lop_or_r<0x000f000fu>(u0, lop_or<0x00300030u>(q4, 0x64006400u));
+    const uint32_t c1 = lop_or_r<0x000f000fu>(u1, lop_or<0x00300030u>(q2, 0x64006400u));
+    const uint32_t c2 = lop_or_r<0x00f000f0u>(u0, lop_or<0x03000300u>(q4, 0x54005400u));
+    const uint32_t c3 = lop_or_r<0x00f000f0u>(u1, lop_or<0x03000300u>(q2, 0x54005400u));
     const __half2 slo = s.ds[w >> 2], shi = s.ds[2 + (w >> 2)];
     f[0] = h2u(__hmul2(__hsub2(u2h(c0), k1056), slo));
     f[1] = h2u(__hmul2(__hsub2(u2h(c1), k1056), slo));
@@ -489,13 +501,18 @@ __global__ void __launch_bounds__(256)
     const int sb_first = ks * items * R;
     const size_t wbytes = (size_t)rows * WSTRIDE, stage = wbytes + (size_t)b * XSTRIDE;
     const int r0 = row0 + 16 * warp + g, r1 = r0 + 8;
+    /* a block has 2 threads per row (32 W threads, 16 W rows): thread 2 r + c copies pieces c,
+     * c + 2, ... of row r, from pointers formed once (the review of session 22 counted ~26
+     * instructions per piece when each piece divided its index) */
+    const int wr = threadIdx.x >> 1, wc = threadIdx.x & 1;
+    const uint8_t *wsrc = w + ((size_t)(row0 + wr) * nsb + sb_first) * BLK + 16 * wc;
+    const int wdst = wr * WSTRIDE + 16 * wc;
     auto issue_w = [&](int item, uint8_t *st) {
-        const int sb0 = sb_first + item * R;
-        for (int i = threadIdx.x; i < rows * PIECES; i += blockDim.x) {
-            const int r = i / PIECES, c = i % PIECES;
-            cp_async16(st + (size_t)r * WSTRIDE + 16 * c,
-                       w + ((size_t)(row0 + r) * nsb + sb0) * BLK + 16 * c);
-        }
+        const uint8_t *src = wsrc + (size_t)item * (R * BLK);
+#pragma unroll
+        for (int k = 0; k < (PIECES + 1) / 2; k++)
+            if (2 * k + wc < PIECES)
+                cp_async16(st + wdst + 32 * k, src + 32 * k);
     };
     auto issue_x = [&](int item, uint8_t *st) {
         const int sb0 = sb_first + item * R;
@@ -506,12 +523,19 @@ __global__ void __launch_bounds__(256)
                        x + (size_t)c * n_in + (size_t)sb0 * QK + 8 * u);
         }
     };
-    /* weights of items 0 and 1 before the wait (they do not depend on the previous kernel) */
+    /* one commit group per copy, always committed (empty when there is no such item), so the
+     * count is the same in every block: G0 weights of item 0 and G1 of item 1 (both before
+     * the wait: they do not depend on the previous kernel), G2 activations of item 0, G3 of
+     * item 1, then one group per refill. wait_group 1 before item i leaves only the newest
+     * group (item i + 1's last copy) in flight: item 0 needs G0 and G2, not G3. */
     issue_w(0, sm);
+    asm volatile("cp.async.commit_group;");
     if (items > 1)
         issue_w(1, sm + stage);
+    asm volatile("cp.async.commit_group;");
     asm volatile("griddepcontrol.wait;" ::: "memory");
     issue_x(0, sm);
+    asm volatile("cp.async.commit_group;");
     if (items > 1)
         issue_x(1, sm + stage);
     asm volatile("cp.async.commit_group;");
@@ -537,10 +561,7 @@ __global__ void __launch_bounds__(256)
     for (int it = 0; it < items; it++) {
         if (it + 1 < items)
             load_d(it + 1, dn0, dn1);
-        if (it == 0)
-            asm volatile("cp.async.wait_group 0;" ::: "memory");
-        else
-            asm volatile("cp.async.wait_group 1;" ::: "memory");
+        asm volatile("cp.async.wait_group 1;" ::: "memory");
         __syncthreads();
         const uint8_t *st = sm + (size_t)(it & 1) * stage;
         const uint8_t *sx = st + wbytes;
@@ -1068,7 +1089,8 @@ int main(int argc, char **argv)
         double worst = 0;
         {
             std::vector<float> wrow(s.n_in);
-            const int step = std::max(1, s.n_rows / 256);
+            /* 256 rows (all when fewer), an odd step so every lane's row residue mod 16 shows */
+            const int step = std::max(1, s.n_rows / 256) | 1;
             for (int row = 0; row < s.n_rows; row += step) {
                 for (size_t k = 0; k < nsb; k++) {
                     if (s.qt == QT_Q4K)
@@ -1112,7 +1134,7 @@ int main(int argc, char **argv)
             CK(cudaStreamSynchronize(st));
             CK(cudaMemcpy(yb1.data(), y, (size_t)s.n_rows * 4, cudaMemcpyDeviceToHost));
             for (int b : tiers) {
-                for (int slot = 0; slot < b; slot += (b > 4 ? 3 : 1)) {
+                for (int slot = 0; slot < b; slot++) {
                     /* x1 = random columns with column 0 of x at this slot */
                     std::vector<uint16_t> xs;
                     gen_x(xs, (size_t)b * s.n_in, r);
