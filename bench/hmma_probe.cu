@@ -9,39 +9,40 @@
  *   exactness   whether a column's outputs are bit-identical whatever its slot in the MMA and
  *               whatever the other columns hold (B = 1 against every tier, memcmp): the batch
  *               invariance memra's contract needs from a tensor-core path;
- *   accuracy    the outputs against a CPU reference (f64 dot of the same f16 weights and f16
- *               activations), as the worst |d| over a bound.
+ *   accuracy    the outputs against a CPU reference (f64 dot of the same weights and f16
+ *               activations), as the worst |d| over a bound, for every configuration.
  *
  * Why it could be fast: the engine's q8_1 activations carry one scale per 32 elements, so the
  * staged mmvq's exact epilogue pays ~8 instructions per (row, column, 32 elements) (528 of a
- * q4_K b = 16 step's ~870). Here a weight's scale is folded into its f16 value before the MMA,
- * activations need no scale, and the MMA accumulates over the whole K: per 16 rows x 256
- * elements a warp issues ~14 instructions per 8 weights of dequantization (the same at every
- * B) and 16 HMMA per 8 columns.
+ * q4_K b = 16 step's ~870). With f16 activations no activation scale is left; what remains is
+ * the weights' own per-32 scale, handled two ways:
+ *   v1, v3  folded into f16 weights before the MMA, which accumulates the whole K:
+ *           w = f16(q ds - dm) (q4_K), f16((q - 32) ds) (q6_K-r), one rounding each (HFMA2).
+ *   v4      (q4_K) raw codes into the MMA (f16 magic numbers 1024 + q, 64 + q: exact), one
+ *           sub-block per k-step pair, ds and the offset applied in fp32 per (row, column,
+ *           sub-block) (see sb_mma_raw).
+ * Kernels: v1, a CUDA block = one 16-row tile and S warps splitting K, partials summed in
+ * warp order; v3, W warps x 16 rows per block through a two-stage cp.async ring over items of
+ * R super-blocks, K parts summed in part order by the last block of a row group; v4, v3 with
+ * raw codes. Every split is fixed by the shape, never by B. Launches go out with programmatic
+ * stream serialization: weights are loaded before griddepcontrol.wait, activations after.
+ * (v2, whole-tile staging without overlap, was measured in session 22 and removed.)
  *
  * Formats:
- *   q4_K    GGUF's block (144 bytes, 16-byte aligned in rows of n_in / 256 blocks);
- *           w = f16(q ds - dm), ds = f16(d sc), dm = f16(dmin m): one rounding each (HFMA2).
+ *   q4_K    GGUF's block (144 bytes, 16-byte aligned in rows of n_in / 256 blocks).
  *   q6_K-r  q6_K repacked at load (GGUF's 210-byte blocks are only 2-byte aligned): 208 bytes,
  *           ql[128] (quarter t at 32 t: byte j holds the low nibbles of elements 64 t + j and
  *           64 t + 32 + j, as q4_K's qs), qh[64] (quarter t at 128 + 16 t, see repack_q6k),
- *           sc[16] (int8, GGUF order); d apart (one f16 per block). w = f16((q - 32) ds),
- *           ds = f16(d sc). Bytes read per block: 210, as GGUF's.
- * The k-slot map: lane t = lane & 3 of an MMA owns a quarter of each super-block (elements
- * 64 t .. 64 t + 63); 32-bit code word w (0..7) of the quarter gives two k-steps: elements
- * 64 t + 4 w + (0..3) (low nibbles), then 64 t + 32 + 4 w + (0..3) (high), with k-slots
- * (2 t, 2 t + 1, 2 t + 8, 2 t + 9) <- (e, e + 1, e + 2, e + 3). Activations are read in the
- * same order (8 bytes per k-step per column), so no shuffle is needed.
- *
- * A CUDA block is one 16-row tile and S warps splitting the super-blocks of K into S ranges;
- * their fp32 partials are summed in warp order through shared memory (fixed by the shape,
- * not by B, so the sum order is the same at every tier). Launches go out with programmatic
- * stream serialization: weights are loaded before griddepcontrol.wait, activations after.
+ *           sc[16] (int8, GGUF order); d apart (one f16 per block). Bytes read per block: 210.
+ * The k-slot map (v1, v3): lane t = lane & 3 of an MMA owns a quarter of each super-block
+ * (elements 64 t .. 64 t + 63); 32-bit code word w (0..7) of the quarter gives two k-steps:
+ * elements 64 t + 4 w + (0..3) (low nibbles), then 64 t + 32 + 4 w + (0..3) (high), with
+ * k-slots (2 t, 2 t + 1, 2 t + 8, 2 t + 9) <- (e, e + 1, e + 2, e + 3). Activations are read
+ * in the same order (8 bytes per k-step per column), so no shuffle is needed.
  *
  *   nvcc -O3 -arch=sm_90 -std=c++17 -o hmma-probe bench/hmma_probe.cu   (bench/device-probe.sh)
- *   hmma-probe [--quick]   prints the checks, then a table: shape, S, us per launch at each B,
- *                          % of the copy rate; exit status 1 when a check fails. --quick
- *                          leaves out the LM head.
+ *   hmma-probe [--quick]   prints the checks, then a table: shape, configuration, us per launch at
+ * each B, % of the copy rate; exit status 1 when a check fails. --quick leaves out the LM head.
  *   hmma-probe --host-check  replays the kernel's bit work on the host (no device).
  */
 #include <algorithm>
@@ -469,6 +470,77 @@ __host__ __device__ inline int pad_to(int bytes, int rem) /* smallest >= bytes, 
 }
 
 /*
+ * v4, "raw codes" (q4_K; the review of session 22): the MMA takes the codes as f16 magic
+ * numbers, exact ((1024 + q) for low nibbles, (64 + q) for high: one LOP3 per half2, no
+ * HSUB2/HFMA2), with every k-step inside one 32-element sub-block: lane t of k-step (sub-block
+ * s, half h) holds elements 16 h + 4 t + (0..3) of s, i.e. qs word 32 c + 16 h + 4 t of chunk
+ * c = s / 2 (low nibbles: s even, high: s odd). A sub-block's two k-steps start from C = 0, and
+ * the scale goes on in fp32, in a fixed order per (row, column, sub-block):
+ *   acc = fma(ds, D, acc); acc = fma(-koff, S_x, acc)
+ * with ds = d sc, koff = (1024 or 64) ds + dmin m (per row and sub-block, staged in shared
+ * memory by rs[] once per item) and S_x the sum of the sub-block's 32 activations of the
+ * column (sx_sum[], once per item; in an engine the activation producer would write it, as
+ * q8_1's s is today). Batch-invariant for the same reason as v3 (the MMA's columns are
+ * independent, the epilogue is per column); no f16 rounding of weights at all.
+ */
+template <int NT>
+__device__ __forceinline__ void sb_mma_raw(const uint8_t *wb0, const uint8_t *wb1,
+                                           const uint8_t *xq, int xstride, const float2 *rs0,
+                                           const float2 *rs1, const float *sxs, int g, int t, int b,
+                                           float (&acc)[NT][4])
+{
+#pragma unroll
+    for (int c = 0; c < 4; c++) {
+        uint32_t f0[2][4], f1[2][4]; /* [h][low e01, low e23, high e01, high e23] */
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const uint32_t v0 =
+                *reinterpret_cast<const uint32_t *>(wb0 + 16 + 32 * c + 16 * h + 4 * t);
+            const uint32_t v1 =
+                *reinterpret_cast<const uint32_t *>(wb1 + 16 + 32 * c + 16 * h + 4 * t);
+            const uint32_t a0 = __byte_perm(v0, 0, 0x3120), a1 = a0 >> 8;
+            const uint32_t b0 = __byte_perm(v1, 0, 0x3120), b1 = b0 >> 8;
+            f0[h][0] = lop_or<0x000f000fu>(a0, 0x64006400u);
+            f0[h][1] = lop_or<0x000f000fu>(a1, 0x64006400u);
+            f0[h][2] = lop_or<0x00f000f0u>(a0, 0x54005400u);
+            f0[h][3] = lop_or<0x00f000f0u>(a1, 0x54005400u);
+            f1[h][0] = lop_or<0x000f000fu>(b0, 0x64006400u);
+            f1[h][1] = lop_or<0x000f000fu>(b1, 0x64006400u);
+            f1[h][2] = lop_or<0x00f000f0u>(b0, 0x54005400u);
+            f1[h][3] = lop_or<0x00f000f0u>(b1, 0x54005400u);
+        }
+#pragma unroll
+        for (int p = 0; p < 2; p++) {
+            const int sblk = 2 * c + p;
+            const float2 k0 = rs0[sblk], k1 = rs1[sblk]; /* (ds, koff) of rows g, g + 8 */
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++) {
+                float d[4] = {0.f, 0.f, 0.f, 0.f};
+                const int col = nt * 8 + g;
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    /* x elements 32 sblk + 16 h + 4 t .. + 3: quarter sblk / 2, offset
+                     * 32 (sblk & 1) + 16 h + 4 t halves */
+                    uint2 xv = make_uint2(0, 0);
+                    if (col < b)
+                        xv = *reinterpret_cast<const uint2 *>(
+                            xq + (size_t)col * xstride + (sblk >> 1) * 144 +
+                            2 * (32 * (sblk & 1) + 16 * h + 4 * t));
+                    mma16816(d, f0[h][2 * p], f1[h][2 * p], f0[h][2 * p + 1], f1[h][2 * p + 1],
+                             xv.x, xv.y);
+                }
+                const float2 sx =
+                    *reinterpret_cast<const float2 *>(sxs + sblk * 16 + nt * 8 + 2 * t);
+                acc[nt][0] = fmaf(-k0.y, sx.x, fmaf(k0.x, d[0], acc[nt][0]));
+                acc[nt][1] = fmaf(-k0.y, sx.y, fmaf(k0.x, d[1], acc[nt][1]));
+                acc[nt][2] = fmaf(-k1.y, sx.x, fmaf(k1.x, d[2], acc[nt][2]));
+                acc[nt][3] = fmaf(-k1.y, sx.y, fmaf(k1.x, d[3], acc[nt][3]));
+            }
+        }
+    }
+}
+
+/*
  * Shared layouts (bank-conflict-free for the fragment reads): weight rows at a stride = 16
  * (mod 128) bytes; activations per column in 64-element quarters of 144 bytes (128 + 16 pad),
  * columns at a stride = 64 (mod 128). (v2 of session 22 staged a block's whole tile before
@@ -483,7 +555,7 @@ __host__ __device__ inline int pad_to(int bytes, int rem) /* smallest >= bytes, 
  * them in part order, never arrival order. R is a template parameter, so the cp.async
  * address arithmetic divides by constants.
  */
-template <int QT, int NT, int R>
+template <int QT, int NT, int R, int MODE = 0>
 __global__ void __launch_bounds__(256)
     hmma_mv3(const uint8_t *__restrict__ w, const __half *__restrict__ wd,
              const __half *__restrict__ x, float *__restrict__ y, float *__restrict__ ws,
@@ -567,10 +639,52 @@ __global__ void __launch_bounds__(256)
         const uint8_t *sx = st + wbytes;
         const uint8_t *wr0 = st + (size_t)(16 * warp + g) * WSTRIDE,
                       *wr1 = wr0 + 8 * (size_t)WSTRIDE;
+        if constexpr (MODE == 1) {
+            /* v4: per item, the rows' (ds, koff) of every sub-block and the columns' S_x, in
+             * the aux region after the two stages (read in this iteration only) */
+            float2 *rs = reinterpret_cast<float2 *>(sm + 2 * stage);   /* [rows][8 R] */
+            float *sxs = reinterpret_cast<float *>(rs + rows * 8 * R); /* [8 R][16] */
+            for (int i = threadIdx.x; i < rows * R; i += blockDim.x) {
+                const int r = i / R, j = i % R;
+                const uint4 hd =
+                    *reinterpret_cast<const uint4 *>(st + (size_t)r * WSTRIDE + j * BLK);
+                const float d = __half2float(__ushort_as_half((unsigned short)(hd.x & 0xffff)));
+                const float dmin = __half2float(__ushort_as_half((unsigned short)(hd.x >> 16)));
 #pragma unroll
-        for (int j = 0; j < R; j++)
-            sb_mma<QT, NT>(wr0 + j * BLK, wr1 + j * BLK, sx + (4 * j + t) * 144, XSTRIDE, g, t, b,
-                           dc0[j], dc1[j], acc);
+                for (int tt = 0; tt < 4; tt++) {
+                    int sc0, sc1, m0, m1;
+                    q4k_lane_scales(hd.y, hd.z, hd.w, tt, sc0, sc1, m0, m1);
+                    const float ds0 = d * (float)sc0, ds1 = d * (float)sc1;
+                    rs[r * 8 * R + 8 * j + 2 * tt] =
+                        make_float2(ds0, fmaf(1024.f, ds0, dmin * (float)m0));
+                    rs[r * 8 * R + 8 * j + 2 * tt + 1] =
+                        make_float2(ds1, fmaf(64.f, ds1, dmin * (float)m1));
+                }
+            }
+            for (int i = threadIdx.x; i < 8 * R * 16; i += blockDim.x) {
+                const int sblk = i / 16, col = i % 16; /* sub-block sblk of the item */
+                float acc_x = 0.f;
+                if (col < b) {
+                    const __half *xs = reinterpret_cast<const __half *>(
+                        sx + (size_t)col * XSTRIDE + (sblk >> 1) * 144 + 64 * (sblk & 1));
+                    for (int e = 0; e < 32; e++)
+                        acc_x += __half2float(xs[e]);
+                }
+                sxs[sblk * 16 + col] = acc_x;
+            }
+            __syncthreads();
+#pragma unroll
+            for (int j = 0; j < R; j++)
+                sb_mma_raw<NT>(wr0 + j * BLK, wr1 + j * BLK, sx + 4 * j * 144, XSTRIDE,
+                               rs + (16 * warp + g) * 8 * R + 8 * j,
+                               rs + (16 * warp + g + 8) * 8 * R + 8 * j, sxs + 8 * j * 16, g, t, b,
+                               acc);
+        } else {
+#pragma unroll
+            for (int j = 0; j < R; j++)
+                sb_mma<QT, NT>(wr0 + j * BLK, wr1 + j * BLK, sx + (4 * j + t) * 144, XSTRIDE, g, t,
+                               b, dc0[j], dc1[j], acc);
+        }
 #pragma unroll
         for (int j = 0; j < R; j++) {
             dc0[j] = dn0[j];
@@ -586,11 +700,14 @@ __global__ void __launch_bounds__(256)
     store_parts<NT>(acc, y, ws, cnt, r0, r1, t, b, n_rows, row0, rows, ks, nks);
 }
 
-/* v3's shared memory: two stages of (weight tile + activations) */
-static size_t smem_v3(int qt, int nw, int R, int b)
+/* v3's shared memory: two stages of (weight tile + activations); v4 adds the rows' (ds, koff)
+ * and the columns' S_x of one item */
+static size_t smem_v3(int qt, int nw, int R, int b, bool raw)
 {
     const int blk = qt == QT_Q4K ? Q4K_BYTES : Q6KR_BYTES;
-    return 2 * ((size_t)16 * nw * pad_to(R * blk, 16) + (size_t)b * pad_to(R * 4 * 144, 64));
+    const size_t stages =
+        2 * ((size_t)16 * nw * pad_to(R * blk, 16) + (size_t)b * pad_to(R * 4 * 144, 64));
+    return stages + (raw ? (size_t)16 * nw * 8 * R * 8 + (size_t)8 * R * 16 * 4 : 0);
 }
 
 /* ---------------------------------------------------------------- host: formats, reference */
@@ -653,8 +770,11 @@ static void q4k_scale_min_host(const uint8_t *q, int j, int &sc, int &m)
     }
 }
 
-/* the f16 weights of one q4_K block as the kernel forms them (HFMA2: one rounding) */
-static void deq_q4k(const uint8_t *b, float *out)
+/* One q4_K block's weights, each output optional: f16w as v1 / v3 form them (ds = f16(d sc),
+ * dm = f16(dmin m), w = f16(q ds - dm): HFMA2, one rounding); exact (v4's reference: d sc
+ * and dmin m are exact, w = d sc q - dmin m in f64); koff, each element's v4 offset constant
+ * (1024 or 64) d sc + dmin m (for v4's bound). */
+static void deq_q4k(const uint8_t *b, float *f16w, double *exact = nullptr, double *koff = nullptr)
 {
     uint16_t dh, mh;
     memcpy(&dh, b, 2);
@@ -667,7 +787,12 @@ static void deq_q4k(const uint8_t *b, float *out)
         const uint8_t *qs = b + 16 + 32 * (j / 2);
         for (int l = 0; l < 32; l++) {
             const int q = (j & 1) ? qs[l] >> 4 : qs[l] & 0xf;
-            out[32 * j + l] = h2f(d2h(q * ds - dm));
+            if (f16w)
+                f16w[32 * j + l] = h2f(d2h(q * ds - dm));
+            if (exact)
+                exact[32 * j + l] = (double)d * sc * q - (double)dmin * m;
+            if (koff)
+                koff[32 * j + l] = ((j & 1) ? 64.0 : 1024.0) * d * sc + (double)dmin * m;
         }
     }
 }
@@ -863,9 +988,10 @@ struct dev_weights {
     std::vector<uint8_t> host; /* GGUF blocks of one copy (reference) */
 };
 
-/* a kernel configuration: v1 (warp-split, S = a warps per 16 rows) or v3 (pipelined: W = a warps
- * x 16 rows per block, items of R super-blocks, KS parts of K); v2 (a block's whole tile
- * staged, then computed) measured in session 22 and removed: v3 keeps its layouts */
+/* a kernel configuration: v1 (warp-split, S = a warps per 16 rows), v3 (pipelined: W = a warps
+ * x 16 rows per block, items of R super-blocks, KS parts of K) or v4 (v3 with raw codes, q4_K); v2
+ * (a block's whole tile staged, then computed) measured in session 22 and removed: v3 keeps its
+ * layouts */
 struct kcfg {
     int v, a, R, ks;
     int occ; /* v3: at most this many blocks per SM (shared memory padded to it), 0: no cap */
@@ -881,6 +1007,8 @@ static bool cfg_ok(const kcfg &c, const shape &s)
     const int nsb = s.n_in / QK;
     if (c.v == 1)
         return c.a <= nsb;
+    if (c.v == 4 && s.qt != QT_Q4K) /* v4 is written for q4_K only */
+        return false;
     return nsb % (c.R * c.ks) == 0 && s.n_rows % (16 * c.a) == 0;
 }
 
@@ -889,7 +1017,8 @@ static void cfg_name(const kcfg &c, char *buf, size_t n)
     if (c.v == 1)
         snprintf(buf, n, "v1 S=%d", c.a);
     else
-        snprintf(buf, n, c.occ ? "v3 W%d R%d K%d o%d" : "v3 W%d R%d K%d", c.a, c.R, c.ks, c.occ);
+        snprintf(buf, n, c.occ ? "v%d W%d R%d K%d o%d" : "v%d W%d R%d K%d", c.v, c.a, c.R, c.ks,
+                 c.occ);
 }
 
 struct workspace {
@@ -903,16 +1032,24 @@ template <int QT, int NT> static void set_smem_attr(void)
                             200 * 1024));
     CK(cudaFuncSetAttribute(hmma_mv3<QT, NT, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                             200 * 1024));
+    if (QT == QT_Q4K) {
+        CK(cudaFuncSetAttribute(hmma_mv3<QT_Q4K, NT, 1, 1>,
+                                cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
+        CK(cudaFuncSetAttribute(hmma_mv3<QT_Q4K, NT, 2, 1>,
+                                cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
+    }
 }
 
-template <int QT, int NT>
+template <int QT, int NT, int MODE = 0>
 static void launch_v3(cudaLaunchConfig_t &cfg, int R, const uint8_t *w, const __half *wd,
                       const __half *x, float *y, const workspace &wk, int n, int k, int b)
 {
     if (R == 1)
-        CK(cudaLaunchKernelEx(&cfg, hmma_mv3<QT, NT, 1>, w, wd, x, y, wk.ws, wk.cnt, n, k, b));
+        CK(cudaLaunchKernelEx(&cfg, hmma_mv3<QT, NT, 1, MODE>, w, wd, x, y, wk.ws, wk.cnt, n, k,
+                              b));
     else
-        CK(cudaLaunchKernelEx(&cfg, hmma_mv3<QT, NT, 2>, w, wd, x, y, wk.ws, wk.cnt, n, k, b));
+        CK(cudaLaunchKernelEx(&cfg, hmma_mv3<QT, NT, 2, MODE>, w, wd, x, y, wk.ws, wk.cnt, n, k,
+                              b));
 }
 
 static void launch(const shape &s, const dev_weights &dw, int copy, const __half *x, float *y,
@@ -925,7 +1062,7 @@ static void launch(const shape &s, const dev_weights &dw, int copy, const __half
     } else {
         cfg.gridDim = dim3((unsigned)(s.n_rows / (16 * kc.a)), (unsigned)kc.ks);
         cfg.blockDim = dim3((unsigned)(32 * kc.a));
-        cfg.dynamicSmemBytes = smem_v3(s.qt, kc.a, kc.R, b);
+        cfg.dynamicSmemBytes = smem_v3(s.qt, kc.a, kc.R, b, kc.v == 4);
         if (kc.occ) /* pad: the SM's 228 KB less 1 KB per block for the system */
             cfg.dynamicSmemBytes =
                 std::max(cfg.dynamicSmemBytes, (size_t)(228 * 1024 / kc.occ - 1024 - 64));
@@ -946,6 +1083,11 @@ static void launch(const shape &s, const dev_weights &dw, int copy, const __half
         else
             CK(cudaLaunchKernelEx(&cfg, b <= 8 ? hmma_mv<QT_Q6KR, 1> : hmma_mv<QT_Q6KR, 2>, w, wd,
                                   x, y, n, k, b));
+    } else if (kc.v == 4) {
+        if (b <= 8)
+            launch_v3<QT_Q4K, 1, 1>(cfg, kc.R, w, wd, x, y, wk, n, k, b);
+        else
+            launch_v3<QT_Q4K, 2, 1>(cfg, kc.R, w, wd, x, y, wk, n, k, b);
     } else {
         if (s.qt == QT_Q4K && b <= 8)
             launch_v3<QT_Q4K, 1>(cfg, kc.R, w, wd, x, y, wk, n, k, b);
@@ -1081,44 +1223,75 @@ int main(int argc, char **argv)
         CK(cudaMalloc(&wk.cnt, (size_t)(s.n_rows / 16) * 4));
         CK(cudaMemset(wk.cnt, 0, (size_t)(s.n_rows / 16) * 4));
 
-        /* accuracy: tier 16, v3 W=4 R=1 KS=2, rows checked: a spread of 256 (all when fewer) */
+        /* accuracy, every configuration at tier 16, against CPU dots of 256 rows (all when
+         * fewer; an odd step, so every lane's row residue mod 16 shows): v1 / v3 against the
+         * f16 weights they form, v4 against the exact weights (it never rounds one), with
+         * fp32 bounds: 2^-24 x (n_in / 16 + 4) x sum |w x| (accumulation; 4x room for the
+         * MMA's internal alignment), plus for v4 2^-24 x 32 x sum koff |x| (its codes carry
+         * the offset 1024 or 64, cancelled in the fp32 epilogue) */
         std::vector<float> yh((size_t)16 * s.n_rows), yb1(s.n_rows), yb((size_t)16 * s.n_rows);
-        launch(s, dw, 0, x, y, 16, kcfg{3, 4, 1, 2, 0}, wk, st);
-        CK(cudaStreamSynchronize(st));
-        CK(cudaMemcpy(yh.data(), y, yh.size() * 4, cudaMemcpyDeviceToHost));
-        double worst = 0;
+        const int step = std::max(1, s.n_rows / 256) | 1;
+        std::vector<int> rows_chk;
+        for (int row = 0; row < s.n_rows; row += step)
+            rows_chk.push_back(row);
+        std::vector<double> ref16(rows_chk.size() * 16), refx(rows_chk.size() * 16),
+            mag16(rows_chk.size() * 16), magx(rows_chk.size() * 16);
         {
             std::vector<float> wrow(s.n_in);
-            /* 256 rows (all when fewer), an odd step so every lane's row residue mod 16 shows */
-            const int step = std::max(1, s.n_rows / 256) | 1;
-            for (int row = 0; row < s.n_rows; row += step) {
+            std::vector<double> wex(s.n_in), koff(s.n_in);
+            for (size_t ri = 0; ri < rows_chk.size(); ri++) {
+                const int row = rows_chk[ri];
                 for (size_t k = 0; k < nsb; k++) {
-                    if (s.qt == QT_Q4K)
-                        deq_q4k(&dw.host[((size_t)row * nsb + k) * Q4K_BYTES], &wrow[k * QK]);
-                    else
-                        deq_q6k(&dw.host[((size_t)row * nsb + k) * Q6K_BYTES], &wrow[k * QK]);
+                    const uint8_t *blk = &dw.host[((size_t)row * nsb + k) *
+                                                  (s.qt == QT_Q4K ? Q4K_BYTES : Q6K_BYTES)];
+                    if (s.qt == QT_Q4K) {
+                        deq_q4k(blk, &wrow[k * QK], &wex[k * QK], &koff[k * QK]);
+                    } else {
+                        deq_q6k(blk, &wrow[k * QK]);
+                        for (int e = 0; e < QK; e++)
+                            wex[k * QK + e] = wrow[k * QK + e], koff[k * QK + e] = 0;
+                    }
                 }
                 for (int c = 0; c < 16; c++) {
-                    double ref = 0, mag = 0;
+                    double r16 = 0, rx = 0, m16 = 0, mx = 0;
                     for (int k = 0; k < s.n_in; k++) {
-                        const double p = (double)wrow[k] * h2f(xh[(size_t)c * s.n_in + k]);
-                        ref += p;
-                        mag += fabs(p);
+                        const double xv = h2f(xh[(size_t)c * s.n_in + k]);
+                        r16 += (double)wrow[k] * xv;
+                        m16 += fabs((double)wrow[k] * xv);
+                        rx += wex[k] * xv;
+                        mx += koff[k] * fabs(xv);
                     }
-                    /* fp32 accumulation over n_in / 16 MMA steps and S partials: bound
-                     * 2^-24 x (n_in / 16 + S) x sum |w x|, with 4x room for the MMA's own
-                     * internal alignment */
-                    const double bound = 4.0 * ldexp(1.0, -24) * (s.n_in / 16 + 4) * mag + 1e-30;
-                    const double got = yh[(size_t)c * s.n_rows + row];
+                    ref16[ri * 16 + c] = r16, refx[ri * 16 + c] = rx;
+                    mag16[ri * 16 + c] = m16, magx[ri * 16 + c] = mx;
+                }
+            }
+        }
+        double worst = 0;
+        for (const kcfg &kc : CONFIGS) {
+            if (!cfg_ok(kc, s))
+                continue;
+            launch(s, dw, 0, x, y, 16, kc, wk, st);
+            CK(cudaStreamSynchronize(st));
+            CK(cudaMemcpy(yh.data(), y, yh.size() * 4, cudaMemcpyDeviceToHost));
+            char nm[32];
+            cfg_name(kc, nm, sizeof nm);
+            for (size_t ri = 0; ri < rows_chk.size(); ri++)
+                for (int c = 0; c < 16; c++) {
+                    const size_t i = ri * 16 + c;
+                    const double ref = kc.v == 4 ? refx[i] : ref16[i];
+                    const double bound = ldexp(1.0, -24) * (4.0 * (s.n_in / 16 + 4) * mag16[i] +
+                                                            (kc.v == 4 ? 32.0 * magx[i] : 0.0)) +
+                                         1e-30;
+                    const double got = yh[(size_t)c * s.n_rows + rows_chk[ri]];
                     if (!std::isfinite(got) || fabs(got - ref) > bound) {
                         if (failures < 10)
-                            printf("  ACCURACY %s row %d col %d: got %.9g ref %.9g bound %.3g\n",
-                                   s.name, row, c, got, ref, bound);
+                            printf("  ACCURACY %s %s row %d col %d: got %.9g ref %.9g bound "
+                                   "%.3g\n",
+                                   s.name, nm, rows_chk[ri], c, got, ref, bound);
                         failures++;
                     }
                     worst = std::max(worst, fabs(got - ref) / bound);
                 }
-            }
         }
 
         /* batch invariance: column 0 alone (B = 1) against the same column at every slot of
