@@ -257,6 +257,41 @@ __device__ __forceinline__ void q6k_word(uint32_t v, uint32_t qhw, int w, const 
     f[3] = h2u(__hmul2(__hsub2(u2h(c3), k96), shi));
 }
 
+__device__ __forceinline__ uint32_t word4(const uint4 &v, int i)
+{
+    return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+/* v1 and v3's inner step: code words 2 wp and 2 wp + 1 of rows g (c0) and g + 8 (c1),
+ * dequantized (q6_K-r's high bits in hw0, hw1: qh word wp), two k-steps of MMA each per
+ * 8-column tile against the activations xl (low nibbles' elements), xh (high) */
+template <int QT, int NT, typename RS>
+__device__ __forceinline__ void wordpair_mma(const uint4 (&c0)[2], const uint4 (&c1)[2],
+                                             uint32_t hw0, uint32_t hw1, const RS &s0, const RS &s1,
+                                             int wp, const uint4 (&xl)[NT], const uint4 (&xh)[NT],
+                                             float (&acc)[NT][4])
+{
+#pragma unroll
+    for (int p = 0; p < 2; p++) {
+        const int w_ = 2 * wp + p;
+        uint32_t f0[4], f1[4];
+        if constexpr (QT == QT_Q4K) {
+            q4k_word(word_of(c0, w_), s0, f0);
+            q4k_word(word_of(c1, w_), s1, f1);
+        } else {
+            q6k_word(word_of(c0, w_), hw0, w_, s0, f0);
+            q6k_word(word_of(c1, w_), hw1, w_, s1, f1);
+        }
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) {
+            const uint32_t bl0 = p ? xl[nt].z : xl[nt].x, bl1 = p ? xl[nt].w : xl[nt].y;
+            const uint32_t bh0 = p ? xh[nt].z : xh[nt].x, bh1 = p ? xh[nt].w : xh[nt].y;
+            mma16816(acc[nt], f0[0], f1[0], f0[1], f1[1], bl0, bl1);
+            mma16816(acc[nt], f0[2], f1[2], f0[3], f1[3], bh0, bh1);
+        }
+    }
+}
+
 /*
  * y[b][row] = sum_k w[row][k] x[b][k] for the rows of this CUDA block's tile; x [b, n_in] f16,
  * y [b, n_rows] f32. NT: 8-column MMA tiles (1 for B <= 8, 2 for B <= 16).
@@ -308,27 +343,11 @@ __global__ void __launch_bounds__(MAX_S * 32)
                 xl[nt] = col < b ? ldg_x(xp) : make_uint4(0, 0, 0, 0);
                 xh[nt] = col < b ? ldg_x(xp + 32) : make_uint4(0, 0, 0, 0);
             }
-#pragma unroll
-            for (int p = 0; p < 2; p++) {
-                const int w_ = 2 * wp + p;
-                uint32_t f0[4], f1[4];
-                if constexpr (QT == QT_Q4K) {
-                    q4k_word(word_of(cur.qs[0], w_), s0, f0);
-                    q4k_word(word_of(cur.qs[1], w_), s1, f1);
-                } else {
-                    const uint32_t h0[4] = {cur.qh[0].x, cur.qh[0].y, cur.qh[0].z, cur.qh[0].w};
-                    const uint32_t h1[4] = {cur.qh[1].x, cur.qh[1].y, cur.qh[1].z, cur.qh[1].w};
-                    q6k_word(word_of(cur.ql[0], w_), h0[w_ >> 1], w_, s0, f0);
-                    q6k_word(word_of(cur.ql[1], w_), h1[w_ >> 1], w_, s1, f1);
-                }
-#pragma unroll
-                for (int nt = 0; nt < NT; nt++) {
-                    const uint32_t bl0 = p ? xl[nt].z : xl[nt].x, bl1 = p ? xl[nt].w : xl[nt].y;
-                    const uint32_t bh0 = p ? xh[nt].z : xh[nt].x, bh1 = p ? xh[nt].w : xh[nt].y;
-                    mma16816(acc[nt], f0[0], f1[0], f0[1], f1[1], bl0, bl1);
-                    mma16816(acc[nt], f0[2], f1[2], f0[3], f1[3], bh0, bh1);
-                }
-            }
+            if constexpr (QT == QT_Q4K)
+                wordpair_mma<QT, NT>(cur.qs[0], cur.qs[1], 0u, 0u, s0, s1, wp, xl, xh, acc);
+            else
+                wordpair_mma<QT, NT>(cur.ql[0], cur.ql[1], word4(cur.qh[0], wp),
+                                     word4(cur.qh[1], wp), s0, s1, wp, xl, xh, acc);
         }
         if (sb + 1 < sb1)
             cur = nxt;
@@ -394,27 +413,7 @@ __device__ __forceinline__ void sb_mma(const uint8_t *wb0, const uint8_t *wb1, c
             xl[nt] = col < b ? *reinterpret_cast<const uint4 *>(xp) : make_uint4(0, 0, 0, 0);
             xh[nt] = col < b ? *reinterpret_cast<const uint4 *>(xp + 64) : make_uint4(0, 0, 0, 0);
         }
-#pragma unroll
-        for (int p = 0; p < 2; p++) {
-            const int w_ = 2 * wp + p;
-            uint32_t f0[4], f1[4];
-            if constexpr (QT == QT_Q4K) {
-                q4k_word(word_of(c0, w_), s0, f0);
-                q4k_word(word_of(c1, w_), s1, f1);
-            } else {
-                const uint32_t hw0 = wp == 0 ? h0.x : wp == 1 ? h0.y : wp == 2 ? h0.z : h0.w;
-                const uint32_t hw1 = wp == 0 ? h1.x : wp == 1 ? h1.y : wp == 2 ? h1.z : h1.w;
-                q6k_word(word_of(c0, w_), hw0, w_, s0, f0);
-                q6k_word(word_of(c1, w_), hw1, w_, s1, f1);
-            }
-#pragma unroll
-            for (int nt = 0; nt < NT; nt++) {
-                const uint32_t bl0 = p ? xl[nt].z : xl[nt].x, bl1 = p ? xl[nt].w : xl[nt].y;
-                const uint32_t bh0 = p ? xh[nt].z : xh[nt].x, bh1 = p ? xh[nt].w : xh[nt].y;
-                mma16816(acc[nt], f0[0], f1[0], f0[1], f1[1], bl0, bl1);
-                mma16816(acc[nt], f0[2], f1[2], f0[3], f1[3], bh0, bh1);
-            }
-        }
+        wordpair_mma<QT, NT>(c0, c1, word4(h0, wp), word4(h1, wp), s0, s1, wp, xl, xh, acc);
     }
 }
 
