@@ -562,6 +562,7 @@ __global__ void __launch_bounds__(256)
 {
     asm volatile("griddepcontrol.launch_dependents;");
     extern __shared__ __align__(16) uint8_t sm[];
+    constexpr bool RAW = MODE & 1, TILED = MODE & 2; /* v4's raw codes; the tiled layout */
     constexpr int BLK = QT == QT_Q4K ? Q4K_BYTES : Q6KR_BYTES, PIECES = R * BLK / 16;
     constexpr int WSTRIDE = (R * BLK) + (((16 - (R * BLK) % 128) + 128) % 128);
     constexpr int XSTRIDE = (R * 576) + (((64 - (R * 576) % 128) + 128) % 128);
@@ -576,14 +577,26 @@ __global__ void __launch_bounds__(256)
      * c + 2, ... of row r, from pointers formed once (the review of session 22 counted ~26
      * instructions per piece when each piece divided its index) */
     const int wr = threadIdx.x >> 1, wc = threadIdx.x & 1;
-    const uint8_t *wsrc = w + ((size_t)(row0 + wr) * nsb + sb_first) * BLK + 16 * wc;
     const int wdst = wr * WSTRIDE + 16 * wc;
+    /* TILED: the weights repacked at load, 16-row tiles, super-block by super-block (16
+     * consecutive blocks of one tile and super-block are contiguous), so an item's copy is
+     * W x R runs of 16 x BLK bytes instead of 16 W rows' R x BLK bytes each; piece p of a row
+     * sits at (p / PER) 16 BLK + (p % PER) 16, a constant per unrolled k and wc */
+    constexpr int PER = BLK / 16;
+    const uint8_t *wsrc = TILED ? w + ((size_t)((row0 + wr) >> 4) * nsb + sb_first) * 16 * BLK +
+                                      ((row0 + wr) & 15) * BLK
+                                : w + ((size_t)(row0 + wr) * nsb + sb_first) * BLK + 16 * wc;
     auto issue_w = [&](int item, uint8_t *st) {
-        const uint8_t *src = wsrc + (size_t)item * (R * BLK);
+        const uint8_t *src = wsrc + (size_t)item * (TILED ? R * 16 * BLK : R * BLK);
 #pragma unroll
         for (int k = 0; k < (PIECES + 1) / 2; k++)
-            if (2 * k + wc < PIECES)
-                cp_async16(st + wdst + 32 * k, src + 32 * k);
+            if (2 * k + wc < PIECES) {
+                const int off =
+                    !TILED ? 32 * k
+                           : (wc ? ((2 * k + 1) / PER) * 16 * BLK + ((2 * k + 1) % PER) * 16
+                                 : ((2 * k) / PER) * 16 * BLK + ((2 * k) % PER) * 16);
+                cp_async16(st + wdst + 32 * k, src + off);
+            }
     };
     auto issue_x = [&](int item, uint8_t *st) {
         const int sb0 = sb_first + item * R;
@@ -638,7 +651,7 @@ __global__ void __launch_bounds__(256)
         const uint8_t *sx = st + wbytes;
         const uint8_t *wr0 = st + (size_t)(16 * warp + g) * WSTRIDE,
                       *wr1 = wr0 + 8 * (size_t)WSTRIDE;
-        if constexpr (MODE == 1) {
+        if constexpr (RAW) {
             /* v4: per item, the rows' (ds, koff) of every sub-block and the columns' S_x, in
              * the aux region after the two stages (read in this iteration only) */
             float2 *rs = reinterpret_cast<float2 *>(sm + 2 * stage);   /* [rows][8 R] */
@@ -980,8 +993,9 @@ static const shape SHAPES[] = {
 };
 
 struct dev_weights {
-    uint8_t *w = nullptr; /* copies x [n_rows, row bytes] */
-    __half *wd = nullptr; /* copies x [n_rows, nsb] (q6_K-r only) */
+    uint8_t *w = nullptr;  /* copies x [n_rows, row bytes] */
+    uint8_t *wt = nullptr; /* the same blocks in the tiled layout: [n_rows / 16, nsb, 16] */
+    __half *wd = nullptr;  /* copies x [n_rows, nsb] (q6_K-r only) */
     size_t w_bytes = 0, wd_n = 0;
     int copies = 1;
     std::vector<uint8_t> host; /* GGUF blocks of one copy (reference) */
@@ -994,12 +1008,17 @@ struct dev_weights {
 struct kcfg {
     int v, a, R, ks;
     int occ; /* v3: at most this many blocks per SM (shared memory padded to it), 0: no cap */
+    int tl;  /* v3 / v4: weights in the tiled layout (16-row tiles, super-block-major) */
 };
 
-static const kcfg CONFIGS[] = {{1, 8, 0, 0, 0}, {3, 4, 1, 1, 0}, {3, 4, 2, 1, 0}, {3, 4, 2, 1, 2},
-                               {3, 4, 2, 1, 3}, {3, 4, 1, 2, 0}, {3, 4, 2, 2, 0}, {3, 4, 2, 2, 2},
-                               {3, 4, 2, 2, 3}, {3, 4, 1, 4, 0}, {3, 4, 2, 4, 0}, {3, 4, 2, 4, 3},
-                               {3, 8, 1, 1, 0}, {3, 8, 1, 1, 2}, {3, 2, 2, 4, 0}};
+static const kcfg CONFIGS[] = {
+    {1, 8, 0, 0, 0, 0}, {3, 4, 1, 1, 0, 0}, {3, 4, 2, 1, 0, 0}, {3, 4, 2, 1, 3, 0},
+    {3, 4, 1, 2, 0, 0}, {3, 4, 2, 2, 0, 0}, {3, 4, 2, 2, 3, 0}, {3, 4, 1, 4, 0, 0},
+    {3, 4, 2, 4, 0, 0}, {3, 8, 1, 1, 0, 0}, {3, 2, 2, 4, 0, 0}, {4, 4, 1, 2, 0, 0},
+    {4, 4, 2, 2, 0, 0}, {4, 4, 2, 4, 0, 0}, {3, 4, 1, 1, 0, 1}, {3, 4, 2, 1, 0, 1},
+    {3, 4, 2, 1, 3, 1}, {3, 4, 1, 2, 0, 1}, {3, 4, 2, 2, 0, 1}, {3, 4, 1, 4, 0, 1},
+    {3, 4, 2, 4, 0, 1}, {3, 8, 1, 1, 0, 1}, {3, 8, 2, 1, 0, 1}, {3, 2, 2, 2, 0, 1},
+    {3, 2, 2, 4, 0, 1}, {4, 4, 2, 1, 0, 1}, {4, 4, 2, 2, 0, 1}, {4, 4, 2, 4, 0, 1}};
 
 static bool cfg_ok(const kcfg &c, const shape &s)
 {
@@ -1016,8 +1035,8 @@ static void cfg_name(const kcfg &c, char *buf, size_t n)
     if (c.v == 1)
         snprintf(buf, n, "v1 S=%d", c.a);
     else
-        snprintf(buf, n, c.occ ? "v%d W%d R%d K%d o%d" : "v%d W%d R%d K%d", c.v, c.a, c.R, c.ks,
-                 c.occ);
+        snprintf(buf, n, c.occ ? "v%d W%d R%d K%d o%d%s" : "v%d W%d R%d K%d%.0d%s", c.v, c.a, c.R,
+                 c.ks, c.occ, c.tl ? " t" : "");
 }
 
 struct workspace {
@@ -1027,15 +1046,16 @@ struct workspace {
 
 template <int QT, int NT> static void set_smem_attr(void)
 {
-    CK(cudaFuncSetAttribute(hmma_mv3<QT, NT, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                            200 * 1024));
-    CK(cudaFuncSetAttribute(hmma_mv3<QT, NT, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                            200 * 1024));
+    const cudaFuncAttribute a = cudaFuncAttributeMaxDynamicSharedMemorySize;
+    CK(cudaFuncSetAttribute(hmma_mv3<QT, NT, 1>, a, 200 * 1024));
+    CK(cudaFuncSetAttribute(hmma_mv3<QT, NT, 2>, a, 200 * 1024));
+    CK(cudaFuncSetAttribute(hmma_mv3<QT, NT, 1, 2>, a, 200 * 1024));
+    CK(cudaFuncSetAttribute(hmma_mv3<QT, NT, 2, 2>, a, 200 * 1024));
     if (QT == QT_Q4K) {
-        CK(cudaFuncSetAttribute(hmma_mv3<QT_Q4K, NT, 1, 1>,
-                                cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
-        CK(cudaFuncSetAttribute(hmma_mv3<QT_Q4K, NT, 2, 1>,
-                                cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
+        CK(cudaFuncSetAttribute(hmma_mv3<QT_Q4K, NT, 1, 1>, a, 200 * 1024));
+        CK(cudaFuncSetAttribute(hmma_mv3<QT_Q4K, NT, 2, 1>, a, 200 * 1024));
+        CK(cudaFuncSetAttribute(hmma_mv3<QT_Q4K, NT, 1, 3>, a, 200 * 1024));
+        CK(cudaFuncSetAttribute(hmma_mv3<QT_Q4K, NT, 2, 3>, a, 200 * 1024));
     }
 }
 
@@ -1049,6 +1069,18 @@ static void launch_v3(cudaLaunchConfig_t &cfg, int R, const uint8_t *w, const __
     else
         CK(cudaLaunchKernelEx(&cfg, hmma_mv3<QT, NT, 2, MODE>, w, wd, x, y, wk.ws, wk.cnt, n, k,
                               b));
+}
+
+/* RAW (v4) and the layout (tl) as the kernel's MODE bits */
+template <int QT, int NT, int RAW>
+static void launch_v3_mode(cudaLaunchConfig_t &cfg, int tl, int R, const uint8_t *w,
+                           const __half *wd, const __half *x, float *y, const workspace &wk, int n,
+                           int k, int b)
+{
+    if (tl)
+        launch_v3<QT, NT, RAW | 2>(cfg, R, w, wd, x, y, wk, n, k, b);
+    else
+        launch_v3<QT, NT, RAW>(cfg, R, w, wd, x, y, wk, n, k, b);
 }
 
 static void launch(const shape &s, const dev_weights &dw, int copy, const __half *x, float *y,
@@ -1073,6 +1105,7 @@ static void launch(const shape &s, const dev_weights &dw, int copy, const __half
     cfg.attrs = at;
     cfg.numAttrs = 1;
     const uint8_t *w = dw.w + (size_t)copy * dw.w_bytes;
+    const uint8_t *wt = kc.tl ? dw.wt + (size_t)copy * dw.w_bytes : w;
     const __half *wd = dw.wd ? dw.wd + (size_t)copy * dw.wd_n : nullptr;
     const int n = s.n_rows, k = s.n_in;
     if (kc.v == 1) {
@@ -1084,18 +1117,18 @@ static void launch(const shape &s, const dev_weights &dw, int copy, const __half
                                   x, y, n, k, b));
     } else if (kc.v == 4) {
         if (b <= 8)
-            launch_v3<QT_Q4K, 1, 1>(cfg, kc.R, w, wd, x, y, wk, n, k, b);
+            launch_v3_mode<QT_Q4K, 1, 1>(cfg, kc.tl, kc.R, wt, wd, x, y, wk, n, k, b);
         else
-            launch_v3<QT_Q4K, 2, 1>(cfg, kc.R, w, wd, x, y, wk, n, k, b);
+            launch_v3_mode<QT_Q4K, 2, 1>(cfg, kc.tl, kc.R, wt, wd, x, y, wk, n, k, b);
     } else {
         if (s.qt == QT_Q4K && b <= 8)
-            launch_v3<QT_Q4K, 1>(cfg, kc.R, w, wd, x, y, wk, n, k, b);
+            launch_v3_mode<QT_Q4K, 1, 0>(cfg, kc.tl, kc.R, wt, wd, x, y, wk, n, k, b);
         else if (s.qt == QT_Q4K)
-            launch_v3<QT_Q4K, 2>(cfg, kc.R, w, wd, x, y, wk, n, k, b);
+            launch_v3_mode<QT_Q4K, 2, 0>(cfg, kc.tl, kc.R, wt, wd, x, y, wk, n, k, b);
         else if (b <= 8)
-            launch_v3<QT_Q6KR, 1>(cfg, kc.R, w, wd, x, y, wk, n, k, b);
+            launch_v3_mode<QT_Q6KR, 1, 0>(cfg, kc.tl, kc.R, wt, wd, x, y, wk, n, k, b);
         else
-            launch_v3<QT_Q6KR, 2>(cfg, kc.R, w, wd, x, y, wk, n, k, b);
+            launch_v3_mode<QT_Q6KR, 2, 0>(cfg, kc.tl, kc.R, wt, wd, x, y, wk, n, k, b);
     }
 }
 
@@ -1122,6 +1155,19 @@ static void upload(const shape &s, dev_weights &dw, rng &r, size_t rotate_bytes)
     CK(cudaMemcpy(dw.w, dev_img.data(), dw.w_bytes, cudaMemcpyHostToDevice));
     for (int c = 1; c < dw.copies; c++)
         CK(cudaMemcpy(dw.w + (size_t)c * dw.w_bytes, dw.w, dw.w_bytes, cudaMemcpyDeviceToDevice));
+    { /* the tiled layout: block (row, sb) at ((row / 16) nsb + sb) 16 + row % 16 */
+        const size_t blk = s.qt == QT_Q4K ? Q4K_BYTES : Q6KR_BYTES;
+        std::vector<uint8_t> tiled(dev_img.size());
+        for (size_t row = 0; row < (size_t)s.n_rows; row++)
+            for (size_t sb = 0; sb < nsb; sb++)
+                memcpy(&tiled[(((row / 16) * nsb + sb) * 16 + row % 16) * blk],
+                       &dev_img[(row * nsb + sb) * blk], blk);
+        CK(cudaMalloc(&dw.wt, dw.w_bytes * dw.copies));
+        CK(cudaMemcpy(dw.wt, tiled.data(), dw.w_bytes, cudaMemcpyHostToDevice));
+        for (int c = 1; c < dw.copies; c++)
+            CK(cudaMemcpy(dw.wt + (size_t)c * dw.w_bytes, dw.wt, dw.w_bytes,
+                          cudaMemcpyDeviceToDevice));
+    }
     if (dw.wd_n) {
         CK(cudaMalloc(&dw.wd, dw.wd_n * 2 * dw.copies));
         CK(cudaMemcpy(dw.wd, dvals.data(), dw.wd_n * 2, cudaMemcpyHostToDevice));
@@ -1376,6 +1422,7 @@ int main(int argc, char **argv)
         CK(cudaFree(wk.ws));
         CK(cudaFree(wk.cnt));
         CK(cudaFree(dw.w));
+        CK(cudaFree(dw.wt));
         if (dw.wd)
             CK(cudaFree(dw.wd));
         CK(cudaGetLastError());

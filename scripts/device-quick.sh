@@ -68,7 +68,21 @@ fi
 [ -f "$out/probe.txt" ] && grep -E "^TABLE\||invariance|FAIL|PASS|rc=|^hmma-probe|^host|^  S=|ACCURACY|INVARIANCE" "$out/probe.txt" | cut -c1-240
 [ -f "$out/ab/ab.txt" ] && cat "$out/ab/ab.txt"
 [ -f "$out/bench/summary.txt" ] && tail -n 30 "$out/bench/summary.txt"
-[ -f "$out/timeline/timeline.txt" ] && grep -E "^B=|^  [a-z_]+ +[0-9]" "$out/timeline/timeline.txt" | head -n 30
+[ -f "$out/timeline/timeline.txt" ] && grep -E "^B=|^  [a-z_0-9]+ +[0-9]" "$out/timeline/timeline.txt" | head -n 30
 [ -f "$out/ncu-digest.txt" ] && tail -n 40 "$out/ncu-digest.txt" | cut -c1-200
 [ -f "$out/mmvq.log" ] && grep -E "^TABLE\||Checks|:F:|:E:|rc=|killed" "$out/mmvq.log" | cut -c1-160
 [ -f "$out/ops.log" ] && grep -E "Checks|:F:|:E:|rc=" "$out/ops.log"
+# the device tool fetches at most 8 files: the reports stay as they are, the rest (logs, plot
+# script, raw ncu tables, A/B folders) goes into one extra.tgz
+(
+  cd "$out" || exit
+  [ -f timeline/timeline.txt ] && cp timeline/timeline.txt timeline.txt
+  keep="bench/bench.txt bench/bench.jsonl bench/summary.txt probe.txt ops.log mmvq.log timeline.txt"
+  extra=$(find . -type f ! -name extra.tgz | sed 's|^\./||' | while read -r f; do
+    case " $keep " in *" $f "*) ;; *) echo "$f" ;; esac
+  done)
+  if [ -n "$extra" ]; then
+    # shellcheck disable=SC2086 # a list of paths without spaces
+    tar -czf extra.tgz $extra && rm -f $extra && find . -mindepth 1 -type d -empty -delete
+  fi
+)
