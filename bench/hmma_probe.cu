@@ -27,6 +27,11 @@
  * raw codes. Every split is fixed by the shape, never by B. Launches go out with programmatic
  * stream serialization: weights are loaded before griddepcontrol.wait, activations after.
  * (v2, whole-tile staging without overlap, was measured in session 22 and removed.)
+ * Options of v3 / v4 (session 23): " t", the weights repacked at load into 16-row tiles,
+ * super-block-major (a tile's 16 blocks of one super-block are contiguous), so an item's copy
+ * is W x R contiguous runs of 16 blocks instead of 16 W rows' R blocks each (the engine's load
+ * probe, pattern-probe-2026-12-04.txt, found 16-row-wide loads stop at 59-68 % of the copy
+ * rate); " s3", a three-stage ring (two items in flight while one is computed).
  *
  * Formats:
  *   q4_K    GGUF's block (144 bytes, 16-byte aligned in rows of n_in / 256 blocks).
@@ -563,6 +568,7 @@ __global__ void __launch_bounds__(256)
     asm volatile("griddepcontrol.launch_dependents;");
     extern __shared__ __align__(16) uint8_t sm[];
     constexpr bool RAW = MODE & 1, TILED = MODE & 2; /* v4's raw codes; the tiled layout */
+    constexpr int NS = MODE & 4 ? 3 : 2;             /* stages of the cp.async ring */
     constexpr int BLK = QT == QT_Q4K ? Q4K_BYTES : Q6KR_BYTES, PIECES = R * BLK / 16;
     constexpr int WSTRIDE = (R * BLK) + (((16 - (R * BLK) % 128) + 128) % 128);
     constexpr int XSTRIDE = (R * 576) + (((64 - (R * 576) % 128) + 128) % 128);
@@ -608,21 +614,25 @@ __global__ void __launch_bounds__(256)
         }
     };
     /* one commit group per copy, always committed (empty when there is no such item), so the
-     * count is the same in every block: G0 weights of item 0 and G1 of item 1 (both before
-     * the wait: they do not depend on the previous kernel), G2 activations of item 0, G3 of
-     * item 1, then one group per refill. wait_group 1 before item i leaves only the newest
-     * group (item i + 1's last copy) in flight: item 0 needs G0 and G2, not G3. */
-    issue_w(0, sm);
-    asm volatile("cp.async.commit_group;");
-    if (items > 1)
-        issue_w(1, sm + stage);
-    asm volatile("cp.async.commit_group;");
+     * count is the same in every block: the weights of items 0 .. NS - 1 (before the wait:
+     * they do not depend on the previous kernel), then their activations, then one group per
+     * refill. wait_group NS - 1 before item i leaves the newest NS - 1 groups (items i + 1 ..
+     * i + NS - 1) in flight: item 0 needs its weights and activations, not item 1's
+     * activations (groups complete in order, so item 0 also waits for the prologue's other
+     * weights). */
+#pragma unroll
+    for (int i = 0; i < NS; i++) {
+        if (i < items)
+            issue_w(i, sm + i * stage);
+        asm volatile("cp.async.commit_group;");
+    }
     asm volatile("griddepcontrol.wait;" ::: "memory");
-    issue_x(0, sm);
-    asm volatile("cp.async.commit_group;");
-    if (items > 1)
-        issue_x(1, sm + stage);
-    asm volatile("cp.async.commit_group;");
+#pragma unroll
+    for (int i = 0; i < NS; i++) {
+        if (i < items)
+            issue_x(i, sm + i * stage);
+        asm volatile("cp.async.commit_group;");
+    }
     float acc[NT][4] = {};
     /* q6_K-r's d (global, 2 bytes a block): loaded one item ahead, so its latency hides under
      * the previous item's compute */
@@ -645,16 +655,20 @@ __global__ void __launch_bounds__(256)
     for (int it = 0; it < items; it++) {
         if (it + 1 < items)
             load_d(it + 1, dn0, dn1);
-        asm volatile("cp.async.wait_group 1;" ::: "memory");
+        /* NS - 1 newer groups may stay in flight: items it + 1 .. it + NS - 1 */
+        if constexpr (NS == 3)
+            asm volatile("cp.async.wait_group 2;" ::: "memory");
+        else
+            asm volatile("cp.async.wait_group 1;" ::: "memory");
         __syncthreads();
-        const uint8_t *st = sm + (size_t)(it & 1) * stage;
+        const uint8_t *st = sm + (size_t)(it % NS) * stage;
         const uint8_t *sx = st + wbytes;
         const uint8_t *wr0 = st + (size_t)(16 * warp + g) * WSTRIDE,
                       *wr1 = wr0 + 8 * (size_t)WSTRIDE;
         if constexpr (RAW) {
             /* v4: per item, the rows' (ds, koff) of every sub-block and the columns' S_x, in
              * the aux region after the two stages (read in this iteration only) */
-            float2 *rs = reinterpret_cast<float2 *>(sm + 2 * stage);   /* [rows][8 R] */
+            float2 *rs = reinterpret_cast<float2 *>(sm + NS * stage);  /* [rows][8 R] */
             float *sxs = reinterpret_cast<float *>(rs + rows * 8 * R); /* [8 R][16] */
             for (int i = threadIdx.x; i < rows * R; i += blockDim.x) {
                 const int r = i / R, j = i % R;
@@ -702,10 +716,10 @@ __global__ void __launch_bounds__(256)
             dc0[j] = dn0[j];
             dc1[j] = dn1[j];
         }
-        __syncthreads(); /* every warp is done with this stage: refill it with item it + 2 */
-        if (it + 2 < items) {
-            issue_w(it + 2, sm + (size_t)(it & 1) * stage);
-            issue_x(it + 2, sm + (size_t)(it & 1) * stage);
+        __syncthreads(); /* every warp is done with this stage: refill it with item it + NS */
+        if (it + NS < items) {
+            issue_w(it + NS, sm + (size_t)(it % NS) * stage);
+            issue_x(it + NS, sm + (size_t)(it % NS) * stage);
         }
         asm volatile("cp.async.commit_group;");
     }
@@ -714,11 +728,11 @@ __global__ void __launch_bounds__(256)
 
 /* v3's shared memory: two stages of (weight tile + activations); v4 adds the rows' (ds, koff)
  * and the columns' S_x of one item */
-static size_t smem_v3(int qt, int nw, int R, int b, bool raw)
+static size_t smem_v3(int qt, int nw, int R, int b, bool raw, int ns)
 {
     const int blk = qt == QT_Q4K ? Q4K_BYTES : Q6KR_BYTES;
-    const size_t stages =
-        2 * ((size_t)16 * nw * pad_to(R * blk, 16) + (size_t)b * pad_to(R * 4 * 144, 64));
+    const size_t stages = (size_t)(ns == 3 ? 3 : 2) * ((size_t)16 * nw * pad_to(R * blk, 16) +
+                                                       (size_t)b * pad_to(R * 4 * 144, 64));
     return stages + (raw ? (size_t)16 * nw * 8 * R * 8 + (size_t)8 * R * 16 * 4 : 0);
 }
 
@@ -1009,16 +1023,18 @@ struct kcfg {
     int v, a, R, ks;
     int occ; /* v3: at most this many blocks per SM (shared memory padded to it), 0: no cap */
     int tl;  /* v3 / v4: weights in the tiled layout (16-row tiles, super-block-major) */
+    int ns;  /* v3 / v4: stages of the cp.async ring (2 or 3) */
 };
 
 static const kcfg CONFIGS[] = {
-    {1, 8, 0, 0, 0, 0}, {3, 4, 1, 1, 0, 0}, {3, 4, 2, 1, 0, 0}, {3, 4, 2, 1, 3, 0},
-    {3, 4, 1, 2, 0, 0}, {3, 4, 2, 2, 0, 0}, {3, 4, 2, 2, 3, 0}, {3, 4, 1, 4, 0, 0},
-    {3, 4, 2, 4, 0, 0}, {3, 8, 1, 1, 0, 0}, {3, 2, 2, 4, 0, 0}, {4, 4, 1, 2, 0, 0},
-    {4, 4, 2, 2, 0, 0}, {4, 4, 2, 4, 0, 0}, {3, 4, 1, 1, 0, 1}, {3, 4, 2, 1, 0, 1},
-    {3, 4, 2, 1, 3, 1}, {3, 4, 1, 2, 0, 1}, {3, 4, 2, 2, 0, 1}, {3, 4, 1, 4, 0, 1},
-    {3, 4, 2, 4, 0, 1}, {3, 8, 1, 1, 0, 1}, {3, 8, 2, 1, 0, 1}, {3, 2, 2, 2, 0, 1},
-    {3, 2, 2, 4, 0, 1}, {4, 4, 2, 1, 0, 1}, {4, 4, 2, 2, 0, 1}, {4, 4, 2, 4, 0, 1}};
+    {1, 8, 0, 0, 0, 0, 2}, {3, 4, 2, 1, 0, 0, 2}, {3, 4, 2, 1, 3, 0, 2}, {3, 4, 1, 2, 0, 0, 2},
+    {3, 4, 2, 2, 0, 0, 2}, {3, 4, 2, 4, 0, 0, 2}, {3, 4, 1, 4, 0, 0, 2}, {3, 8, 1, 1, 0, 0, 2},
+    {3, 4, 2, 1, 0, 0, 3}, {3, 4, 2, 2, 0, 0, 3}, {3, 4, 1, 1, 0, 1, 2}, {3, 4, 2, 1, 0, 1, 2},
+    {3, 4, 2, 1, 3, 1, 2}, {3, 4, 1, 2, 0, 1, 2}, {3, 4, 2, 2, 0, 1, 2}, {3, 4, 1, 4, 0, 1, 2},
+    {3, 4, 2, 4, 0, 1, 2}, {3, 8, 1, 1, 0, 1, 2}, {3, 8, 2, 1, 0, 1, 2}, {3, 2, 2, 2, 0, 1, 2},
+    {3, 2, 2, 4, 0, 1, 2}, {3, 4, 1, 1, 0, 1, 3}, {3, 4, 2, 1, 0, 1, 3}, {3, 4, 1, 2, 0, 1, 3},
+    {3, 4, 2, 2, 0, 1, 3}, {3, 4, 1, 4, 0, 1, 3}, {3, 8, 1, 1, 0, 1, 3}, {4, 4, 2, 2, 0, 1, 2},
+    {4, 4, 2, 4, 0, 1, 2}, {4, 4, 1, 2, 0, 1, 3}};
 
 static bool cfg_ok(const kcfg &c, const shape &s)
 {
@@ -1035,8 +1051,8 @@ static void cfg_name(const kcfg &c, char *buf, size_t n)
     if (c.v == 1)
         snprintf(buf, n, "v1 S=%d", c.a);
     else
-        snprintf(buf, n, c.occ ? "v%d W%d R%d K%d o%d%s" : "v%d W%d R%d K%d%.0d%s", c.v, c.a, c.R,
-                 c.ks, c.occ, c.tl ? " t" : "");
+        snprintf(buf, n, c.occ ? "v%d W%d R%d K%d o%d%s%s" : "v%d W%d R%d K%d%.0d%s%s", c.v, c.a,
+                 c.R, c.ks, c.occ, c.tl ? " t" : "", c.ns == 3 ? " s3" : "");
 }
 
 struct workspace {
@@ -1044,18 +1060,24 @@ struct workspace {
     unsigned *cnt = nullptr; /* [row groups], zero between launches */
 };
 
-template <int QT, int NT> static void set_smem_attr(void)
+template <int QT, int NT, int MODE> static void set_smem_attr_mode(void)
 {
     const cudaFuncAttribute a = cudaFuncAttributeMaxDynamicSharedMemorySize;
-    CK(cudaFuncSetAttribute(hmma_mv3<QT, NT, 1>, a, 200 * 1024));
-    CK(cudaFuncSetAttribute(hmma_mv3<QT, NT, 2>, a, 200 * 1024));
-    CK(cudaFuncSetAttribute(hmma_mv3<QT, NT, 1, 2>, a, 200 * 1024));
-    CK(cudaFuncSetAttribute(hmma_mv3<QT, NT, 2, 2>, a, 200 * 1024));
-    if (QT == QT_Q4K) {
-        CK(cudaFuncSetAttribute(hmma_mv3<QT_Q4K, NT, 1, 1>, a, 200 * 1024));
-        CK(cudaFuncSetAttribute(hmma_mv3<QT_Q4K, NT, 2, 1>, a, 200 * 1024));
-        CK(cudaFuncSetAttribute(hmma_mv3<QT_Q4K, NT, 1, 3>, a, 200 * 1024));
-        CK(cudaFuncSetAttribute(hmma_mv3<QT_Q4K, NT, 2, 3>, a, 200 * 1024));
+    CK(cudaFuncSetAttribute(hmma_mv3<QT, NT, 1, MODE>, a, 200 * 1024));
+    CK(cudaFuncSetAttribute(hmma_mv3<QT, NT, 2, MODE>, a, 200 * 1024));
+}
+
+template <int QT, int NT> static void set_smem_attr(void)
+{
+    set_smem_attr_mode<QT, NT, 0>();
+    set_smem_attr_mode<QT, NT, 2>();
+    set_smem_attr_mode<QT, NT, 4>();
+    set_smem_attr_mode<QT, NT, 6>();
+    if constexpr (QT == QT_Q4K) {
+        set_smem_attr_mode<QT, NT, 1>();
+        set_smem_attr_mode<QT, NT, 3>();
+        set_smem_attr_mode<QT, NT, 5>();
+        set_smem_attr_mode<QT, NT, 7>();
     }
 }
 
@@ -1071,16 +1093,25 @@ static void launch_v3(cudaLaunchConfig_t &cfg, int R, const uint8_t *w, const __
                               b));
 }
 
-/* RAW (v4) and the layout (tl) as the kernel's MODE bits */
+/* RAW (v4), the layout (tl) and the ring's stages (ns) as the kernel's MODE bits */
 template <int QT, int NT, int RAW>
-static void launch_v3_mode(cudaLaunchConfig_t &cfg, int tl, int R, const uint8_t *w,
+static void launch_v3_mode(cudaLaunchConfig_t &cfg, int tl, int ns, int R, const uint8_t *w,
                            const __half *wd, const __half *x, float *y, const workspace &wk, int n,
                            int k, int b)
 {
-    if (tl)
-        launch_v3<QT, NT, RAW | 2>(cfg, R, w, wd, x, y, wk, n, k, b);
-    else
+    switch ((tl ? 2 : 0) | (ns == 3 ? 4 : 0)) {
+    case 0:
         launch_v3<QT, NT, RAW>(cfg, R, w, wd, x, y, wk, n, k, b);
+        break;
+    case 2:
+        launch_v3<QT, NT, RAW | 2>(cfg, R, w, wd, x, y, wk, n, k, b);
+        break;
+    case 4:
+        launch_v3<QT, NT, RAW | 4>(cfg, R, w, wd, x, y, wk, n, k, b);
+        break;
+    default:
+        launch_v3<QT, NT, RAW | 6>(cfg, R, w, wd, x, y, wk, n, k, b);
+    }
 }
 
 static void launch(const shape &s, const dev_weights &dw, int copy, const __half *x, float *y,
@@ -1093,7 +1124,7 @@ static void launch(const shape &s, const dev_weights &dw, int copy, const __half
     } else {
         cfg.gridDim = dim3((unsigned)(s.n_rows / (16 * kc.a)), (unsigned)kc.ks);
         cfg.blockDim = dim3((unsigned)(32 * kc.a));
-        cfg.dynamicSmemBytes = smem_v3(s.qt, kc.a, kc.R, b, kc.v == 4);
+        cfg.dynamicSmemBytes = smem_v3(s.qt, kc.a, kc.R, b, kc.v == 4, kc.ns);
         if (kc.occ) /* pad: the SM's 228 KB less 1 KB per block for the system */
             cfg.dynamicSmemBytes =
                 std::max(cfg.dynamicSmemBytes, (size_t)(228 * 1024 / kc.occ - 1024 - 64));
@@ -1117,18 +1148,18 @@ static void launch(const shape &s, const dev_weights &dw, int copy, const __half
                                   x, y, n, k, b));
     } else if (kc.v == 4) {
         if (b <= 8)
-            launch_v3_mode<QT_Q4K, 1, 1>(cfg, kc.tl, kc.R, wt, wd, x, y, wk, n, k, b);
+            launch_v3_mode<QT_Q4K, 1, 1>(cfg, kc.tl, kc.ns, kc.R, wt, wd, x, y, wk, n, k, b);
         else
-            launch_v3_mode<QT_Q4K, 2, 1>(cfg, kc.tl, kc.R, wt, wd, x, y, wk, n, k, b);
+            launch_v3_mode<QT_Q4K, 2, 1>(cfg, kc.tl, kc.ns, kc.R, wt, wd, x, y, wk, n, k, b);
     } else {
         if (s.qt == QT_Q4K && b <= 8)
-            launch_v3_mode<QT_Q4K, 1, 0>(cfg, kc.tl, kc.R, wt, wd, x, y, wk, n, k, b);
+            launch_v3_mode<QT_Q4K, 1, 0>(cfg, kc.tl, kc.ns, kc.R, wt, wd, x, y, wk, n, k, b);
         else if (s.qt == QT_Q4K)
-            launch_v3_mode<QT_Q4K, 2, 0>(cfg, kc.tl, kc.R, wt, wd, x, y, wk, n, k, b);
+            launch_v3_mode<QT_Q4K, 2, 0>(cfg, kc.tl, kc.ns, kc.R, wt, wd, x, y, wk, n, k, b);
         else if (b <= 8)
-            launch_v3_mode<QT_Q6KR, 1, 0>(cfg, kc.tl, kc.R, wt, wd, x, y, wk, n, k, b);
+            launch_v3_mode<QT_Q6KR, 1, 0>(cfg, kc.tl, kc.ns, kc.R, wt, wd, x, y, wk, n, k, b);
         else
-            launch_v3_mode<QT_Q6KR, 2, 0>(cfg, kc.tl, kc.R, wt, wd, x, y, wk, n, k, b);
+            launch_v3_mode<QT_Q6KR, 2, 0>(cfg, kc.tl, kc.ns, kc.R, wt, wd, x, y, wk, n, k, b);
     }
 }
 
