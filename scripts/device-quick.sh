@@ -19,7 +19,7 @@
 #   scripts/device-quick.sh       THERE, with .carry/cudabackend and .carry/bench carried
 # What comes back in $OUT: ops.log, mmvq.log, bench/ (as device-bench.sh writes it), sass.tgz.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit
 root=$PWD
 out=${OUT:-$root/out}
 mkdir -p "$out/bench"
@@ -72,14 +72,15 @@ fi
 [ -f "$out/ncu-digest.txt" ] && tail -n 40 "$out/ncu-digest.txt" | cut -c1-200
 [ -f "$out/mmvq.log" ] && grep -E "^TABLE\||Checks|:F:|:E:|rc=|killed" "$out/mmvq.log" | cut -c1-160
 [ -f "$out/ops.log" ] && grep -E "Checks|:F:|:E:|rc=" "$out/ops.log"
-# the device tool fetches at most 8 files: the reports stay as they are, the rest (logs, plot
-# script, raw ncu tables, A/B folders) goes into one extra.tgz
+# the device tool fetches at most 8 files: the files at the top of $OUT (the caller's own too)
+# and the bench's reports stay as they are; the rest (logs, the plot script, raw ncu tables,
+# A/B folders) goes into one extra.tgz
 (
   cd "$out" || exit
   [ -f timeline/timeline.txt ] && cp timeline/timeline.txt timeline.txt
-  keep="bench/bench.txt bench/bench.jsonl bench/summary.txt probe.txt ops.log mmvq.log timeline.txt"
-  extra=$(find . -type f ! -name extra.tgz | sed 's|^\./||' | while read -r f; do
-    case " $keep " in *" $f "*) ;; *) echo "$f" ;; esac
+  keep=" bench/bench.txt bench/bench.jsonl bench/summary.txt "
+  extra=$(find . -mindepth 2 -type f | sed 's|^\./||' | while read -r f; do
+    case "$keep" in *" $f "*) ;; *) echo "$f" ;; esac
   done)
   if [ -n "$extra" ]; then
     # shellcheck disable=SC2086 # a list of paths without spaces
