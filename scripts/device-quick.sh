@@ -78,7 +78,7 @@ fi
 (
   cd "$out" || exit
   [ -f timeline/timeline.txt ] && cp timeline/timeline.txt timeline.txt
-  keep=" bench/bench.txt bench/bench.jsonl bench/summary.txt "
+  keep=" bench/bench.txt bench/bench.jsonl bench/summary.txt bench/bench2.txt bench/bench2.jsonl "
   extra=$(find . -mindepth 2 -type f | sed 's|^\./||' | while read -r f; do
     case "$keep" in *" $f "*) ;; *) echo "$f" ;; esac
   done)
