@@ -942,6 +942,12 @@ static void deq_kq(const uint8_t *blk, const int8_t *n, float *y)
     }
 }
 
+void memra_q4_k_unpack(const void *blk, uint8_t sc[8], uint8_t m[8], int8_t codes[256])
+{
+    kq_unpack_scales((const uint8_t *)blk + 4, sc, m);
+    unpack_q4_k((const uint8_t *)blk + 16, codes);
+}
+
 static void deq_q4_k(const uint8_t *src, float *y, int64_t nb)
 {
     int8_t n[QKK];
@@ -1075,6 +1081,11 @@ static void unpack_q6_k(const uint8_t *blk, int8_t *c)
             c[l + 96] = (int8_t)(((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
         }
     }
+}
+
+void memra_q6_k_unpack(const void *blk, int8_t codes[256])
+{
+    unpack_q6_k((const uint8_t *)blk, codes);
 }
 
 static void deq_q6_k(const uint8_t *src, float *y, int64_t nb)

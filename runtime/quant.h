@@ -55,6 +55,12 @@ int memra_quant_can_dot(memra_qtype t);
 /* Dequantize n elements (n a multiple of the block size). NVFP4: the per-tensor `.scale`
  * companion is NOT applied here; the caller multiplies by it. Returns 0 or -1 (bad args). */
 int memra_dequantize_row(memra_qtype t, const void *src, float *dst, int64_t n);
+/* The fields of one block, in element order, for callers that scale them their own way (the
+ * 16-bit reference of refmodel.c). Q4_K (144 bytes): the 6-bit scale sc[k] and min m[k] of
+ * sub-block k (elements 32k..32k+31) and the 256 codes 0..15; Q6_K (210 bytes): the 256 codes
+ * as signed values q - 32 (-32..31). */
+void memra_q4_k_unpack(const void *blk, uint8_t sc[8], uint8_t m[8], int8_t codes[256]);
+void memra_q6_k_unpack(const void *blk, int8_t codes[256]);
 /* Reference quantizer (round-to-nearest with the standard scale search). */
 int memra_quantize_row(memra_qtype t, const float *src, void *dst, int64_t n);
 

@@ -186,44 +186,37 @@ static uint16_t rd_u16(const uint8_t *p)
     return (uint16_t)(p[0] | p[1] << 8);
 }
 
-/* One q4_K block (144 B: d, dmin f16; scales[12], the 6-bit sc_k, m_k packed as quant.c's
- * kq_unpack_scales reads them; qs[128]: element 32k + l is the low nibble of qs[32(k/2) + l]
- * for even k, the high one for odd k). Per sub-block the 16 codes give 16 possible weights,
- * rounded once each. The layout is checked against memra_dequantize_row by test_refmodel. */
+/* One q4_K block (quant.c's memra_q4_k_unpack reads its fields): per sub-block the 16 codes
+ * give 16 possible weights, rounded once each. The layout is checked against
+ * memra_dequantize_row by test_refmodel. */
 static void deq_q4_k_f16(const uint8_t *b, float *y)
 {
     const double d = memra_fp16_to_f32(rd_u16(b)), dmin = memra_fp16_to_f32(rd_u16(b + 2));
-    const uint8_t *S = b + 4, *qs = b + 16;
+    uint8_t sc[8], mn[8];
+    int8_t q[256];
+    memra_q4_k_unpack(b, sc, mn, q);
     for (int k = 0; k < 8; k++) {
-        const int sc = k < 4 ? S[k] & 63 : (S[k + 4] & 15) | (S[k - 4] >> 6) << 4;
-        const int mn = k < 4 ? S[k + 4] & 63 : (S[k + 4] >> 4) | (S[k] >> 6) << 4;
-        const double ds = f16_round(d * sc), dm = f16_round(dmin * mn);
+        const double ds = f16_round(d * sc[k]), dm = f16_round(dmin * mn[k]);
         float w[16];
-        for (int q = 0; q < 16; q++)
-            w[q] = f16_round(q * ds - dm); /* exact in f64: both are f16 values */
-        const uint8_t *src = qs + 32 * (k / 2);
+        for (int c = 0; c < 16; c++)
+            w[c] = f16_round(c * ds - dm); /* exact in f64: both are f16 values */
         for (int l = 0; l < 32; l++)
-            y[32 * k + l] = w[k & 1 ? src[l] >> 4 : src[l] & 15];
+            y[32 * k + l] = w[q[32 * k + l]];
     }
 }
 
-/* One q6_K block (210 B: ql[128], qh[64], scales[16] int8, d f16; element e, h = e / 128,
- * r = e % 128, k = r / 32, l = r % 32: low 4 bits from ql[64h + l + 32(k & 1)] (low nibble
- * for k < 2), high 2 from qh[32h + l] >> 2k), as quant.c's unpack_q6_k reads it. */
+/* One q6_K block (quant.c's memra_q6_k_unpack reads its codes; scales[16] int8 at 192, d f16
+ * at 208): each weight (q - 32) f16(d sc) rounded once. */
 static void deq_q6_k_f16(const uint8_t *b, float *y)
 {
     const double d = memra_fp16_to_f32(rd_u16(b + 208));
     const int8_t *sc = (const int8_t *)(b + 192);
-    for (int e = 0; e < 256; e++) {
-        const int h = e / 128, k = e % 128 / 32, l = e % 32;
-        const uint8_t lo = b[64 * h + l + 32 * (k & 1)], hi = b[128 + 32 * h + l];
-        const int q = (k < 2 ? lo & 15 : lo >> 4) | ((hi >> 2 * k) & 3) << 4;
-        y[e] = (float)(q - 32); /* the code, scaled below */
-    }
+    int8_t q[256];
+    memra_q6_k_unpack(b, q);
     for (int g = 0; g < 16; g++) {
         const double ds = f16_round(d * sc[g]);
         for (int j = 0; j < 16; j++)
-            y[16 * g + j] = f16_round(y[16 * g + j] * ds);
+            y[16 * g + j] = f16_round(q[16 * g + j] * ds);
     }
 }
 
