@@ -24,7 +24,7 @@ if [ "${1:-}" = carry ]; then
   mkdir -p .carry/probe
   nvcc -O3 -arch=sm_90 -std=c++17 -o .carry/probe/pattern-probe bench/pattern_probe.cu
   nvcc -O3 -arch=sm_90 -std=c++17 -o .carry/probe/launch-probe bench/launch_probe.cu
-  nvcc -O3 -arch=sm_90 -std=c++17 -o .carry/probe/hmma-probe bench/hmma_probe.cu
+  nvcc -O3 -arch=sm_90 -std=c++17 -I. -o .carry/probe/hmma-probe bench/hmma_probe.cu runtime/quant.c runtime/qtype.c
   exit 0
 fi
 case "${1:-pattern}" in

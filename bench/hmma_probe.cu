@@ -61,14 +61,10 @@
 #include <type_traits>
 #include <vector>
 
-#define CK(x)                                                                                      \
-    do {                                                                                           \
-        cudaError_t e_ = (x);                                                                      \
-        if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));    \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
+#include "probe_check.cuh"
+extern "C" {
+#include "runtime/quant.h" /* the blocks' fields: memra_q4_k_unpack, memra_q6_k_unpack */
+}
 
 enum { QT_Q4K = 0, QT_Q6KR = 1 };
 constexpr int QK = 256, Q4K_BYTES = 144, Q6KR_BYTES = 208, Q6K_BYTES = 210, MAX_S = 16;
@@ -179,7 +175,7 @@ __device__ __forceinline__ uint32_t word_of(const uint4 (&q)[2], int w)
 /* q4_K: lane t's two sub-blocks (2 t, 2 t + 1), (sc, m) from the 12 packed scale bytes (s0..s3,
  * s4..s7, s8..s11), branch-free: GGUF keeps sc_j, m_j in bytes j, j + 4 for j < 4; for j >= 4
  * their low 4 bits in byte j + 4, their top 2 bits in the top bits of bytes j - 4 and j.
- * Host and device (the host check replays it against GGUF's get_scale_min_k4). */
+ * Host and device (the host check replays it against quant.c's memra_q4_k_unpack). */
 __host__ __device__ inline void q4k_lane_scales(uint32_t s0, uint32_t s1, uint32_t s2, int t,
                                                 int &sc0, int &sc1, int &m0, int &m1)
 {
@@ -785,17 +781,6 @@ static void gen_q4k(std::vector<uint8_t> &w, size_t n_blocks, rng &r)
     }
 }
 
-static void q4k_scale_min_host(const uint8_t *q, int j, int &sc, int &m)
-{
-    if (j < 4) {
-        sc = q[j] & 63;
-        m = q[j + 4] & 63;
-    } else {
-        sc = (q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4);
-        m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-    }
-}
-
 /* One q4_K block's weights, each output optional: f16w as v1 / v3 form them (ds = f16(d sc),
  * dm = f16(dmin m), w = f16(q ds - dm): HFMA2, one rounding); exact (v4's reference: d sc
  * and dmin m are exact, w = d sc q - dmin m in f64); koff, each element's v4 offset constant
@@ -806,13 +791,14 @@ static void deq_q4k(const uint8_t *b, float *f16w, double *exact = nullptr, doub
     memcpy(&dh, b, 2);
     memcpy(&mh, b + 2, 2);
     const float d = h2f(dh), dmin = h2f(mh);
+    uint8_t scs[8], ms[8];
+    int8_t codes[QK];
+    memra_q4_k_unpack(b, scs, ms, codes);
     for (int j = 0; j < 8; j++) {
-        int sc, m;
-        q4k_scale_min_host(b + 4, j, sc, m);
+        const int sc = scs[j], m = ms[j];
         const double ds = h2f(f2h(d * (float)sc)), dm = h2f(f2h(dmin * (float)m));
-        const uint8_t *qs = b + 16 + 32 * (j / 2);
         for (int l = 0; l < 32; l++) {
-            const int q = (j & 1) ? qs[l] >> 4 : qs[l] & 0xf;
+            const int q = codes[32 * j + l];
             if (f16w)
                 f16w[32 * j + l] = h2f(d2h(q * ds - dm));
             if (exact)
@@ -840,33 +826,27 @@ static void gen_q6k(std::vector<uint8_t> &w, size_t n_blocks, rng &r)
     }
 }
 
-/* GGUF q6_K: the 6-bit code of element e (0..255) */
-static int q6k_code(const uint8_t *b, int e)
-{
-    const uint8_t *ql = b, *qh = b + 128;
-    const int n = e / 128, rem = e % 128, i = rem / 32, l = rem % 32;
-    const int lo = (ql[64 * n + l + 32 * (i & 1)] >> (4 * (i >> 1))) & 0xf;
-    const int hb = (qh[32 * n + l] >> (2 * i)) & 3;
-    return lo | (hb << 4);
-}
-
 static void deq_q6k(const uint8_t *b, float *out)
 {
     uint16_t dh;
     memcpy(&dh, b + 208, 2);
     const float d = h2f(dh);
+    int8_t codes[QK];
+    memra_q6_k_unpack(b, codes);
     for (int e = 0; e < QK; e++) {
         const float ds = h2f(f2h(d * (float)(int8_t)b[192 + e / 16]));
-        out[e] = h2f(f2h((float)(q6k_code(b, e) - 32) * ds));
+        out[e] = h2f(f2h((float)codes[e] * ds));
     }
 }
 
 /* GGUF q6_K -> q6_K-r (208 bytes) + d */
 static void repack_q6k(const uint8_t *b, uint8_t *o, uint16_t *d)
 {
-    int code[QK];
+    int8_t c8[QK];
+    memra_q6_k_unpack(b, c8);
+    int code[QK]; /* the 6-bit codes 0..63 */
     for (int e = 0; e < QK; e++)
-        code[e] = q6k_code(b, e);
+        code[e] = c8[e] + 32;
     memset(o, 0, Q6KR_BYTES);
     for (int t = 0; t < 4; t++)
         for (int j = 0; j < 32; j++)
@@ -913,9 +893,12 @@ static int host_check_mapping(rng &r)
         std::vector<uint8_t> blk, rep(Q6KR_BYTES);
         uint16_t dv = 0;
         float ref[QK];
+        uint8_t scs[8], ms[8]; /* q4_K: the reference scales and mins (quant.c) */
         if (qt == QT_Q4K) {
             gen_q4k(blk, 1, r);
             deq_q4k(blk.data(), ref);
+            int8_t codes[QK];
+            memra_q4_k_unpack(blk.data(), scs, ms, codes);
         } else {
             gen_q6k(blk, 1, r);
             deq_q6k(blk.data(), ref);
@@ -949,8 +932,8 @@ static int host_check_mapping(rng &r)
                         const int e = 64 * t + 32 * (k >> 1) + 4 * w + 2 * (k & 1) + z;
                         float wv;
                         if (qt == QT_Q4K) {
-                            int sc, m, lsc[2], lm[2], hsc, hm;
-                            q4k_scale_min_host(&blk[4], 2 * t + (k >> 1), sc, m);
+                            int lsc[2], lm[2], hsc, hm;
+                            const int sc = scs[2 * t + (k >> 1)], m = ms[2 * t + (k >> 1)];
                             uint32_t sw[3];
                             memcpy(sw, &blk[4], 12);
                             q4k_lane_scales(sw[0], sw[1], sw[2], t, lsc[0], lsc[1], lm[0], lm[1]);

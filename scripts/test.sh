@@ -29,6 +29,6 @@ if [ -f cmake/nvrtc.cmake ] && command -v nvcc >/dev/null 2>&1; then
   (cd build && ./test_nvrtc)
   # bench/hmma_probe.cu (the tensor-core mat-vec probe): compiles, and its bit work replayed
   # on the host matches the reference dequantization (the device part runs on the GPU only)
-  nvcc -O3 -arch=sm_90 -std=c++17 -o "$tmp/hmma-probe" bench/hmma_probe.cu
+  nvcc -O3 -arch=sm_90 -std=c++17 -I. -o "$tmp/hmma-probe" bench/hmma_probe.cu runtime/quant.c runtime/qtype.c
   "$tmp/hmma-probe" --host-check
 fi
