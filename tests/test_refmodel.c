@@ -1668,16 +1668,24 @@ static void mini_close(mini_file *f)
     unlink(f->path);
 }
 
-/* Feed n tokens to a fresh sequence; logits of every step into out [n, V]. */
+/* Feed n tokens to sequence s; logits of every step into out [n, V]. */
+static void feed_tokens(const memra_ref_model *m, memra_ref_seq *s, const int32_t *tok, int n,
+                        float *out)
+{
+    memra_err err;
+    const uint32_t V = memra_ref_model_hparams(m)->n_vocab;
+    for (int t = 0; t < n; t++)
+        ck_assert_msg(memra_ref_forward(m, s, tok[t], out + (size_t)t * V, &err) == MEMRA_OK, "%s",
+                      err.msg);
+}
+
+/* The same on a fresh sequence. */
 static void run_tokens(const memra_ref_model *m, const int32_t *tok, int n, float *out)
 {
     memra_ref_seq *s = NULL;
     memra_err err;
-    const uint32_t V = memra_ref_model_hparams(m)->n_vocab;
     ck_assert_int_eq(memra_ref_seq_init(m, (uint32_t)n, &s, &err), MEMRA_OK);
-    for (int t = 0; t < n; t++)
-        ck_assert_msg(memra_ref_forward(m, s, tok[t], out + (size_t)t * V, &err) == MEMRA_OK, "%s",
-                      err.msg);
+    feed_tokens(m, s, tok, n, out);
     memra_ref_seq_free(s);
 }
 
@@ -2253,8 +2261,7 @@ START_TEST(test_act_f16)
         V = memra_ref_model_hparams(m)->n_vocab;
         ck_assert_ptr_nonnull(l[i] = malloc((size_t)N * V * sizeof(float)));
         ck_assert_int_eq(memra_ref_seq_init(m, N, &s, &err), MEMRA_OK);
-        for (int t = 0; t < N; t++)
-            ck_assert_int_eq(memra_ref_forward(m, s, tok[t], l[i] + (size_t)t * V, &err), MEMRA_OK);
+        feed_tokens(m, s, tok, N, l[i]);
         memra_ref_seq_f16_counts(s, &counts[i]);
         memra_ref_seq_reset(s);
         memra_ref_f16_counts zero;
