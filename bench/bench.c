@@ -5,7 +5,8 @@
  * directory) -> per-tier traffic from the loaded plans -> the copy-bandwidth probe (before
  * the backend takes device memory) -> one pass per mode (CUDA: graph replay, then eager;
  * CPU: one) -> with phases, one pass per op class over a rewritten plan set in which that
- * class runs twice -> targets.
+ * class runs twice -> with removal, one pass per skippable op class on an engine that leaves
+ * its launches out (then all of them at once) -> targets.
  *
  * One case (tier B, depth d): [isolation check] -> the B sessions put at position d with
  * their synthetic histories -> warmup ticks -> timed ticks, each feeding the sampled tokens
@@ -14,7 +15,7 @@
  * Invariants: sessions are admitted once per pass (n_slots = the largest tier) and rows
  * 0..B-1 of every case use sessions sids[0..B-1]; n_ctx covers the deepest case plus every
  * tick the case adds; temporary plan directories are removed on every path.
- * Sections: helpers -> model facts -> plans -> cases -> passes -> phases -> run.
+ * Sections: helpers -> model facts -> plans -> cases -> passes -> pairs (phases, removal) -> run.
  */
 #include "bench.h"
 
@@ -211,9 +212,10 @@ typedef struct tier_stats {
 typedef struct bench_eng {
     bench_be be;
     uint32_t sids[MEMRA_PLAN_MAX_B];
+    uint64_t skip; /* the ops it leaves out (--removal), 0 as planned */
 } bench_eng;
 
-#define BENCH_MAX_ENG 2 /* a phase pairs the plan set as planned with its variant */
+#define BENCH_MAX_ENG 2 /* a phase or removal pairs the tick as planned with its variant */
 
 typedef struct bench_ctx {
     memra_bench_report *r;
@@ -507,6 +509,17 @@ static int timed_ticks(bench_ctx *c, bench_eng *eng, uint32_t n_eng, uint32_t b,
     return MEMRA_OK;
 }
 
+/* Plan launches per tick of the ops in mask (what an engine with skip_ops = mask leaves out,
+ * as the CPU backend runs them; the CUDA backend counts its own). */
+static uint32_t skipped(const tier_stats *ts, uint64_t mask)
+{
+    uint32_t n = 0;
+    for (uint32_t op = 0; op < MEMRA_OP_COUNT; op++)
+        if (mask >> op & 1)
+            n += ts->op_launches[op];
+    return n;
+}
+
 /* Case (tier index ti, depth) on n_eng engines at once; cs[k] gets engine k's result. The
  * isolation check (check) runs on engine 0. */
 static int run_case(bench_ctx *c, bench_eng *eng, uint32_t n_eng, uint32_t ti, uint32_t depth,
@@ -516,16 +529,17 @@ static int run_case(bench_ctx *c, bench_eng *eng, uint32_t n_eng, uint32_t ti, u
     const tier_stats *ts = &c->stats[ti];
     const uint32_t b = ts->tier;
     for (uint32_t k = 0; k < n_eng; k++)
-        cs[k] = (memra_bench_case){.tier = b,
-                                   .depth = depth,
-                                   .graph = eng[k].be.graphs,
-                                   .ticks = c->o->ticks,
-                                   .isolation = -1,
-                                   .launches = bench_be_launches(&eng[k].be, b, ts->launches),
-                                   .attn_ctas = bench_be_attn_split_ctas(&eng[k].be, b),
-                                   .l2_forks = bench_be_l2_side_forks(&eng[k].be, b),
-                                   .l2_bytes = bench_be_l2_side_bytes(&eng[k].be, b),
-                                   .graph_nodes = bench_be_graph_nodes(&eng[k].be, b)};
+        cs[k] = (memra_bench_case){
+            .tier = b,
+            .depth = depth,
+            .graph = eng[k].be.graphs,
+            .ticks = c->o->ticks,
+            .isolation = -1,
+            .launches = bench_be_launches(&eng[k].be, b, ts->launches - skipped(ts, eng[k].skip)),
+            .attn_ctas = bench_be_attn_split_ctas(&eng[k].be, b),
+            .l2_forks = bench_be_l2_side_forks(&eng[k].be, b),
+            .l2_bytes = bench_be_l2_side_bytes(&eng[k].be, b),
+            .graph_nodes = bench_be_graph_nodes(&eng[k].be, b)};
     if (check && b > 1 && c->tier1 && c->o->isolation && c->o->synthetic)
         MEMRA_TRY(isolation_check(c, &eng[0], b, depth, &cs[0], err));
     else if (check && b == 1 && c->o->isolation && c->o->synthetic)
@@ -553,9 +567,11 @@ fail:
 /* ====================================== passes ======================================= */
 
 /* Open the backend over plan_dir and admit max_tier sessions. */
-static int eng_open(bench_ctx *c, bench_eng *e, const char *plan_dir, int graphs, memra_err *err)
+static int eng_open(bench_ctx *c, bench_eng *e, const char *plan_dir, int graphs, uint64_t skip,
+                    memra_err *err)
 {
     int rc;
+    e->skip = skip;
     const bench_be_opts bo = {.n_slots = c->max_tier,
                               .n_ctx = c->r->n_ctx,
                               .graphs = graphs,
@@ -568,6 +584,7 @@ static int eng_open(bench_ctx *c, bench_eng *e, const char *plan_dir, int graphs
                               .gdn_split = c->o->gdn_split,
                               .l2_side = c->o->l2_side,
                               .l2_side_spread = c->o->l2_side_spread,
+                              .skip_ops = skip,
                               .device = c->o->device};
     const double t0 = now_ms();
     MEMRA_TRY(bench_be_open(&e->be, c->o->backend, plan_dir, c->g, &bo, err));
@@ -597,7 +614,7 @@ static int run_pass(bench_ctx *c, const char *plan_dir, int graphs, int check,
 {
     int rc;
     bench_eng e = {0};
-    MEMRA_TRY(eng_open(c, &e, plan_dir, graphs, err));
+    MEMRA_TRY(eng_open(c, &e, plan_dir, graphs, 0, err));
     uint32_t n = 0;
     for (uint32_t ti = 0; ti < c->o->n_tiers; ti++)
         for (uint32_t di = 0; di < c->o->n_depths; di++)
@@ -634,61 +651,130 @@ fail:
     return rc;
 }
 
-/* ====================================== phases ======================================= */
+/* =============================== pairs: phases, removal ============================== */
 
-/* Every case on the pair (plan set as planned, variant with op doubled), ticks interleaved. */
-static int phase_op(bench_ctx *c, bench_eng *base, uint32_t op, int graphs, memra_err *err)
+/* Records one (tier index, depth) case of a pair: cs[0] the tick as planned, cs[1] the
+ * variant's; what names the variant (its op). */
+typedef void (*pair_record)(bench_ctx *c, uint32_t ti, const memra_bench_case *cs, int32_t what);
+
+/* Every (tier, depth) case on the pair (pair[0] as planned, pair[1] the variant), ticks
+ * interleaved, each recorded by rec; then the variant is closed (pair[0] is the caller's). */
+static int pair_cases(bench_ctx *c, bench_eng *pair, pair_record rec, int32_t what, memra_err *err)
+{
+    int rc = MEMRA_OK;
+    for (uint32_t ti = 0; ti < c->o->n_tiers && rc == MEMRA_OK; ti++)
+        for (uint32_t di = 0; di < c->o->n_depths && rc == MEMRA_OK; di++) {
+            memra_bench_case cs[BENCH_MAX_ENG];
+            rc = run_case(c, pair, 2, ti, c->o->depths[di], 0, cs, err);
+            if (rc == MEMRA_OK)
+                rec(c, ti, cs, what);
+        }
+    bench_be_close(&pair[1].be);
+    return rc;
+}
+
+/* Launches of op per tick over the requested tiers (0: no requested tier uses it). */
+static uint32_t op_used(const bench_ctx *c, uint32_t op)
+{
+    uint32_t used = 0;
+    for (uint32_t ti = 0; ti < c->o->n_tiers; ti++)
+        used += c->stats[ti].op_launches[op];
+    return used;
+}
+
+static void record_phase(bench_ctx *c, uint32_t ti, const memra_bench_case *cs, int32_t op)
+{
+    memra_bench_phase *ph = &c->r->phases[c->r->n_phases++];
+    *ph = (memra_bench_phase){.tier = cs[0].tier,
+                              .depth = cs[0].depth,
+                              .op = (uint32_t)op,
+                              .launches = c->stats[ti].op_launches[op],
+                              .base_ms = cs[0].median_ms,
+                              .doubled_ms = cs[1].median_ms};
+    ph->marginal_ms = ph->doubled_ms - ph->base_ms;
+}
+
+/* Every case on the pair (plan set as planned, variant with op doubled). */
+static int phase_op(bench_ctx *c, const bench_eng *base, uint32_t op, int graphs, memra_err *err)
 {
     int rc;
-    memra_bench_report *r = c->r;
     bench_eng pair[BENCH_MAX_ENG];
     memset(pair, 0, sizeof pair);
     pair[0] = *base; /* the same open backend (closed by the caller) */
     char dir[600];
     MEMRA_TRY(make_tmp_dir(dir, sizeof dir, "phase", err));
     memra_log(MEMRA_LOG_INFO, "bench: phase %s (doubled)", memra_op_get(op)->name);
-    rc = memra_bench_plans_double_op(r->plans_dir, dir, op, err);
+    rc = memra_bench_plans_double_op(c->r->plans_dir, dir, op, err);
     if (rc == MEMRA_OK)
-        rc = eng_open(c, &pair[1], dir, graphs, err);
+        rc = eng_open(c, &pair[1], dir, graphs, 0, err);
     memra_planner_remove_dir(dir); /* the backend validated and copied everything at open */
-    for (uint32_t ti = 0; ti < c->o->n_tiers && rc == MEMRA_OK; ti++)
-        for (uint32_t di = 0; di < c->o->n_depths && rc == MEMRA_OK; di++) {
-            memra_bench_case cs[BENCH_MAX_ENG];
-            rc = run_case(c, pair, 2, ti, c->o->depths[di], 0, cs, err);
-            if (rc != MEMRA_OK)
-                break;
-            memra_bench_phase *ph = &r->phases[r->n_phases++];
-            *ph = (memra_bench_phase){.tier = cs[0].tier,
-                                      .depth = cs[0].depth,
-                                      .op = op,
-                                      .launches = c->stats[ti].op_launches[op],
-                                      .base_ms = cs[0].median_ms,
-                                      .doubled_ms = cs[1].median_ms};
-            ph->marginal_ms = ph->doubled_ms - ph->base_ms;
-        }
-    bench_be_close(&pair[1].be);
+    if (rc == MEMRA_OK)
+        rc = pair_cases(c, pair, record_phase, (int32_t)op, err);
 fail:
     return rc;
 }
 
-/* Per op class used by a requested tier: phase_op, against one engine kept open. */
-static int run_phases(bench_ctx *c, memra_err *err)
+static void record_removal(bench_ctx *c, uint32_t ti, const memra_bench_case *cs, int32_t op)
+{
+    (void)ti;
+    memra_bench_removal *x = &c->r->removals[c->r->n_removals++];
+    *x = (memra_bench_removal){.tier = cs[0].tier,
+                               .depth = cs[0].depth,
+                               .op = op,
+                               .launches = cs[0].launches - cs[1].launches,
+                               .base_ms = cs[0].median_ms,
+                               .removed_ms = cs[1].median_ms};
+    x->saved_ms = x->base_ms - x->removed_ms;
+}
+
+/* Every case on the pair (the tick as planned, the tick without the ops of mask); op names
+ * the record (-1: every skippable class). */
+static int removal_mask(bench_ctx *c, const bench_eng *base, uint64_t mask, int32_t op, int graphs,
+                        memra_err *err)
+{
+    int rc;
+    bench_eng pair[BENCH_MAX_ENG];
+    memset(pair, 0, sizeof pair);
+    pair[0] = *base; /* the same open backend (closed by the caller) */
+    memra_log(MEMRA_LOG_INFO, "bench: removal of %s",
+              op >= 0 ? memra_op_get((uint32_t)op)->name : "every skippable op class");
+    MEMRA_TRY(eng_open(c, &pair[1], c->r->plans_dir, graphs, mask, err));
+    rc = pair_cases(c, pair, record_removal, op, err);
+fail:
+    return rc;
+}
+
+/* --phases (every op class used by a requested tier, doubled) or --removal (every skippable
+ * one left out, then all of them at once when more than one), against one engine as planned
+ * kept open. */
+static int run_pairs(bench_ctx *c, int removal, memra_err *err)
 {
     int rc = MEMRA_OK;
     const uint32_t n = c->o->n_tiers * c->o->n_depths;
     const int graphs = c->o->backend == MEMRA_BENCH_CUDA && c->o->graphs;
     bench_eng base = {0};
-    c->r->phases = calloc((size_t)n * MEMRA_OP_COUNT, sizeof *c->r->phases);
-    if (!c->r->phases)
-        return MEMRA_FAIL(err, MEMRA_ERR_NOMEM, "phases: out of memory");
-    MEMRA_TRY(eng_open(c, &base, c->r->plans_dir, graphs, err));
+    if (removal)
+        c->r->removals = calloc((size_t)n * (MEMRA_OP_COUNT + 1), sizeof *c->r->removals);
+    else
+        c->r->phases = calloc((size_t)n * MEMRA_OP_COUNT, sizeof *c->r->phases);
+    if (removal ? !c->r->removals : !c->r->phases)
+        return MEMRA_FAIL(err, MEMRA_ERR_NOMEM, "%s: out of memory",
+                          removal ? "removal" : "phases");
+    MEMRA_TRY(eng_open(c, &base, c->r->plans_dir, graphs, 0, err));
+    uint64_t all = 0;
+    uint32_t classes = 0;
     for (uint32_t op = 0; op < MEMRA_OP_COUNT; op++) {
-        uint32_t used = 0;
-        for (uint32_t ti = 0; ti < c->o->n_tiers; ti++)
-            used += c->stats[ti].op_launches[op];
-        if (used)
+        if (!op_used(c, op) || (removal && !memra_op_skippable(op)))
+            continue;
+        if (removal)
+            MEMRA_TRY(removal_mask(c, &base, 1ull << op, (int32_t)op, graphs, err));
+        else
             MEMRA_TRY(phase_op(c, &base, op, graphs, err));
+        all |= 1ull << op;
+        classes++;
     }
+    if (removal && classes > 1)
+        MEMRA_TRY(removal_mask(c, &base, all, -1, graphs, err));
 fail:
     bench_be_close(&base.be);
     return rc;
@@ -795,7 +881,9 @@ int memra_bench_run(const memra_bench_opts *opts, memra_bench_report **out, memr
     MEMRA_TRY(bench_setup(&c, err));
     MEMRA_TRY(run_modes(&c, err));
     if (c.o->phases)
-        MEMRA_TRY(run_phases(&c, err));
+        MEMRA_TRY(run_pairs(&c, 0, err));
+    if (c.o->removal)
+        MEMRA_TRY(run_pairs(&c, 1, err));
     memra_bench_eval_targets(c.r);
     *out = c.r;
     c.r = NULL;
@@ -822,5 +910,6 @@ void memra_bench_report_free(memra_bench_report *r)
     if (!r)
         return;
     free(r->phases);
+    free(r->removals);
     free(r);
 }

@@ -62,6 +62,9 @@ typedef struct memra_bench_opts {
                                     (graph_x, the graph target); 0 (--no-eager): the graph pass
                                     alone, half the time (A/Bs) */
     int phases;                  /* 1: per-op-class marginal cost (see memra_bench_phase) */
+    int removal;                 /* 1: per op class that can be left out (memra_op_skippable),
+                                    and all of them at once, the tick without its launches (see
+                                    memra_bench_removal) */
     int no_fusion;               /* 1: CUDA launches every plan launch as planned (no SwiGLU
                                     fold, memra_cuda_opts.fuse = 0): the A/B of the fold */
     int norm_release;            /* -1 (default): the backend's default; else a bit mask of tiers
@@ -151,6 +154,22 @@ typedef struct memra_bench_phase {
     double marginal_ms; /* doubled - base */
 } memra_bench_phase;
 
+/* What one op class costs the tick at most, in one (tier, depth) case: the tick re-timed on
+ * an engine that leaves every launch of the class out (memra_cuda_opts / memra_cpu_opts
+ * skip_ops: the values are then meaningless, the launches that remain are the same), against
+ * the tick as planned. Where doubling (memra_bench_phase) ranks what a class adds on top of
+ * the tick, removal bounds what making the class faster can gain: the part of its time that
+ * nothing else hides. op -1: every skippable class at once (what the rest, the mat-vecs,
+ * take on their own). */
+typedef struct memra_bench_removal {
+    uint32_t tier, depth;
+    int32_t op;        /* memra_op_id, or -1: every skippable class used */
+    uint32_t launches; /* launches left out per tick (folded ones were never launched) */
+    double base_ms;    /* median of the tick as planned */
+    double removed_ms; /* median without them */
+    double saved_ms;   /* base - removed */
+} memra_bench_removal;
+
 /* A PASS/MISS line for one of the targets, when the configuration covers it. */
 typedef struct memra_bench_target {
     char name[64];
@@ -191,6 +210,8 @@ typedef struct memra_bench_report {
     memra_bench_case cases[2 * MEMRA_BENCH_MAX_CASES]; /* graph cases first, then eager */
     uint32_t n_phases;
     memra_bench_phase *phases; /* [n_phases] */
+    uint32_t n_removals;
+    memra_bench_removal *removals; /* [n_removals] */
     uint32_t n_targets;
     memra_bench_target targets[8];
 } memra_bench_report;
@@ -205,10 +226,10 @@ void memra_bench_report_free(memra_bench_report *r); /* NULL is a no-op */
 /* ---- reporting (bench/report.c) ---- */
 /* The configuration block that heads every report. */
 void memra_bench_print_header(const memra_bench_report *r, FILE *f);
-/* The human table (and the phase table when phases ran). */
+/* The human table (and the phase and removal tables when they ran). */
 void memra_bench_print_table(const memra_bench_report *r, FILE *f);
 /* One JSON object per line: a "config" line, a "case" line per case, a "phase" line per
- * phase, a "target" line per target. */
+ * phase, a "removal" line per removal, a "target" line per target. */
 int memra_bench_write_json(const memra_bench_report *r, FILE *f, memra_err *err);
 /* PASS/MISS lines. */
 void memra_bench_print_targets(const memra_bench_report *r, FILE *f);

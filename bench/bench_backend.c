@@ -50,6 +50,7 @@ int bench_be_open(bench_be *b, memra_bench_backend kind, const char *plan_dir, c
         memra_cpu_opts_init(&co);
         co.n_slots = o->n_slots;
         co.n_ctx = o->n_ctx;
+        co.skip_ops = o->skip_ops;
         rc = memra_cpu_backend_open(plan_dir, g, &co, &b->cpu, err);
         if (rc == MEMRA_OK)
             b->n_vocab = memra_cpu_backend_n_vocab(b->cpu);
@@ -61,6 +62,7 @@ int bench_be_open(bench_be *b, memra_bench_backend kind, const char *plan_dir, c
     uo.n_slots = o->n_slots;
     uo.n_ctx = o->n_ctx;
     uo.graphs = o->graphs;
+    uo.skip_ops = o->skip_ops;
     uo.fuse = !o->no_fusion;
     if (o->norm_release >= 0)
         uo.norm_release_tiers = (uint32_t)o->norm_release;

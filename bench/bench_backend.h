@@ -44,6 +44,7 @@ typedef struct bench_be_opts {
     int gdn_split;       /* CUDA: MEMRA_BENCH_UNSET the default, else opts.gdn_split */
     int l2_side;         /* CUDA: MEMRA_BENCH_UNSET the default, else opts.l2_side_mib */
     int l2_side_spread;  /* CUDA: opts.l2_side_spread */
+    uint64_t skip_ops;   /* both backends: opts.skip_ops (memra-bench --removal) */
     int device;
 } bench_be_opts;
 

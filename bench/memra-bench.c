@@ -5,7 +5,7 @@
  *   memra-bench -m MODEL [--plans DIR | --planner-scripts DIR] [--tiers 1,2,4,8,16]
  *               [--depths 0,1024,8192,32768]
  *               [--ticks N] [--warmup N] [--no-graph | --no-eager] [--no-fusion] [--phases]
- *               [--json FILE]
+ *               [--removal] [--json FILE]
  *               [--plot FILE.svg] [--backend cuda|cpu] [--device N] [--seed N]
  *               [--prefill synthetic|decode] [--no-isolation] [--copy-mib N]
  *               [--copy-reps N] [--norm-release TIERS|none]
@@ -34,7 +34,7 @@ static void usage(FILE *f)
                "                   [--tiers 1,2,4,8,16]\n"
                "                   [--depths 0,1024,8192,32768] [--ticks N] [--warmup N]\n"
                "                   [--no-graph | --no-eager] [--no-fusion] [--phases]\n"
-               "                   [--json FILE]\n"
+               "                   [--removal] [--json FILE]\n"
                "                   [--plot FILE.svg]\n"
                "                   [--backend cuda|cpu] [--device N] [--seed N]\n"
                "                   [--prefill synthetic|decode] [--no-isolation]\n"
@@ -77,6 +77,8 @@ static int parse_flag(const char *a, memra_bench_opts *o, int *quiet)
         o->eager = 0;
     else if (!strcmp(a, "--phases"))
         o->phases = 1;
+    else if (!strcmp(a, "--removal"))
+        o->removal = 1;
     else if (!strcmp(a, "--no-fusion"))
         o->no_fusion = 1;
     else if (!strcmp(a, "--no-isolation"))

@@ -1,6 +1,6 @@
 /*
  * report.c — what memra-bench prints and writes: the configuration header, the human table,
- * one JSON object per line (config, case, phase, target), the PASS/MISS lines of the
+ * one JSON object per line (config, case, phase, removal, target), the PASS/MISS lines of the
  * issue's targets, and the gnuplot script + SVG (tokens/s and fraction of copy bandwidth
  * against the tier, one line per depth).
  *
@@ -125,15 +125,16 @@ void memra_bench_print_header(const memra_bench_report *r, FILE *f)
             r->kv_dtype);
     fprintf(f, "  backend   %s on %s\n", r->backend, r->device);
     fprintf(f,
-            "  options   --tiers %s --depths %s --ticks %u --warmup %u%s%s%s%s%s --seed %llu "
+            "  options   --tiers %s --depths %s --ticks %u --warmup %u%s%s%s%s%s%s --seed %llu "
             "--prefill %s%s --copy-mib %u --copy-reps %u\n",
             tiers, depths, o->ticks, o->warmup,
             !o->graphs ? " --no-graph"
             : o->eager ? ""
                        : " --no-eager",
             o->no_fusion ? " --no-fusion" : "", norm_release, sched, o->phases ? " --phases" : "",
-            (unsigned long long)o->seed, o->synthetic ? "synthetic" : "decode",
-            o->isolation ? "" : " --no-isolation", o->copy_mib, o->copy_reps);
+            o->removal ? " --removal" : "", (unsigned long long)o->seed,
+            o->synthetic ? "synthetic" : "decode", o->isolation ? "" : " --no-isolation",
+            o->copy_mib, o->copy_reps);
     fprintf(f, "  engine    n_ctx %u, %u slots, opened in %.0f ms%s\n", r->n_ctx, r->n_slots,
             r->open_ms,
             o->backend != MEMRA_BENCH_CUDA || !o->graphs ? ""
@@ -213,6 +214,58 @@ static void print_phases(const memra_bench_report *r, FILE *f)
     }
 }
 
+static const char *removal_name(const memra_bench_removal *x)
+{
+    return x->op >= 0 ? memra_op_get((uint32_t)x->op)->name : "(all)";
+}
+
+/* Per case, what each skippable class costs the tick at most (largest first), then all of
+ * them at once: what the mat-vecs and the rest take alone. */
+static void print_removals(const memra_bench_report *r, FILE *f)
+{
+    fprintf(f,
+            "\nremoval (%s): the tick with every launch of an op class left out (values "
+            "meaningless) against the tick as planned,\nmeasured as interleaved pairs: "
+            "saved = the most that making the class faster can gain; (all) = every class "
+            "listed at once\n",
+            r->opts.backend == MEMRA_BENCH_CUDA && r->opts.graphs ? "graph replay" : "eager");
+    fprintf(f, "%4s %6s %-12s %8s %10s %10s %10s %7s\n", "B", "depth", "op", "launches", "base_ms",
+            "removed_ms", "saved", "share");
+    for (uint32_t i = 0; i < r->n_removals; i++) {
+        const memra_bench_removal *x0 = &r->removals[i];
+        uint32_t seen = 0;
+        for (uint32_t k = 0; k < i; k++)
+            seen |= r->removals[k].tier == x0->tier && r->removals[k].depth == x0->depth;
+        if (seen)
+            continue;
+        const memra_bench_removal *list[MEMRA_OP_COUNT + 1], *all = NULL;
+        uint32_t n = 0;
+        for (uint32_t k = i; k < r->n_removals && n < MEMRA_OP_COUNT; k++) {
+            const memra_bench_removal *x = &r->removals[k];
+            if (x->tier != x0->tier || x->depth != x0->depth)
+                continue;
+            if (x->op < 0)
+                all = x;
+            else
+                list[n++] = x;
+        }
+        for (uint32_t a = 1; a < n; a++) /* insertion sort, saved descending */
+            for (uint32_t b = a; b > 0 && list[b]->saved_ms > list[b - 1]->saved_ms; b--) {
+                const memra_bench_removal *t = list[b];
+                list[b] = list[b - 1];
+                list[b - 1] = t;
+            }
+        if (all)
+            list[n++] = all;
+        for (uint32_t k = 0; k < n; k++) {
+            const memra_bench_removal *x = list[k];
+            fprintf(f, "%4u %6u %-12s %8u %10.3f %10.3f %10.3f %6.1f%%\n", x->tier, x->depth,
+                    removal_name(x), x->launches, x->base_ms, x->removed_ms, x->saved_ms,
+                    x->base_ms > 0 ? 100 * x->saved_ms / x->base_ms : 0);
+        }
+    }
+}
+
 void memra_bench_print_table(const memra_bench_report *r, FILE *f)
 {
     fprintf(f, "\n%4s %6s %-5s %9s %9s %10s %8s %8s %9s %8s %6s %6s %6s %-7s %7s\n", "B",
@@ -231,6 +284,8 @@ void memra_bench_print_table(const memra_bench_report *r, FILE *f)
     }
     if (r->n_phases)
         print_phases(r, f);
+    if (r->n_removals)
+        print_removals(r, f);
 }
 
 /* ======================================== JSON ======================================= */
@@ -314,6 +369,7 @@ static json_t *config_json(const memra_bench_report *r)
         json_object_set_new(j, "cuda_sched", c);
     }
     json_object_set_new(j, "phases", json_boolean(o->phases));
+    json_object_set_new(j, "removal", json_boolean(o->removal));
     json_object_set_new(j, "isolation", json_boolean(o->isolation));
     json_object_set_new(j, "prefill", json_string(o->synthetic ? "synthetic" : "decode"));
     json_object_set_new(j, "seed", json_integer((json_int_t)o->seed));
@@ -394,6 +450,20 @@ static json_t *phase_json(const memra_bench_phase *p)
     return j;
 }
 
+static json_t *removal_json(const memra_bench_removal *x)
+{
+    json_t *j = json_object();
+    json_object_set_new(j, "type", json_string("removal"));
+    json_object_set_new(j, "tier", json_integer(x->tier));
+    json_object_set_new(j, "depth", json_integer(x->depth));
+    json_object_set_new(j, "op", json_string(removal_name(x)));
+    json_object_set_new(j, "launches", json_integer(x->launches));
+    json_object_set_new(j, "base_ms", json_real(x->base_ms));
+    json_object_set_new(j, "removed_ms", json_real(x->removed_ms));
+    json_object_set_new(j, "saved_ms", json_real(x->saved_ms));
+    return j;
+}
+
 static json_t *target_json(const memra_bench_target *t)
 {
     json_t *j = json_object();
@@ -422,6 +492,8 @@ int memra_bench_write_json(const memra_bench_report *r, FILE *f, memra_err *err)
         rc = emit(case_json(r, &r->cases[i]), f, err);
     for (uint32_t i = 0; i < r->n_phases && rc == MEMRA_OK; i++)
         rc = emit(phase_json(&r->phases[i]), f, err);
+    for (uint32_t i = 0; i < r->n_removals && rc == MEMRA_OK; i++)
+        rc = emit(removal_json(&r->removals[i]), f, err);
     for (uint32_t i = 0; i < r->n_targets && rc == MEMRA_OK; i++)
         rc = emit(target_json(&r->targets[i]), f, err);
     return rc;

@@ -36,6 +36,10 @@
 typedef struct memra_cpu_opts {
     uint32_t n_slots; /* sessions live at once (default 16) */
     uint32_t n_ctx;   /* tokens per session (default 4096) */
+    uint64_t skip_ops; /* timing experiments only (memra-bench --removal): bit op set = that
+                          op's launches are left out of every tick, so the tick's values mean
+                          nothing; only memra_op_skippable ops (else open refuses:
+                          MEMRA_ERR_INVALID_ARG). Default 0 */
 } memra_cpu_opts;
 
 void memra_cpu_opts_init(memra_cpu_opts *o);

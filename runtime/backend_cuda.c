@@ -94,6 +94,7 @@ static const run_fn k_run[MEMRA_OP_COUNT] = {
 typedef struct cuda_launch {
     uint32_t op;
     int folded;           /* its work is done by the launch before it (fold_pairs): skipped */
+    int skipped;          /* left out of the tick (opts.skip_ops, a timing experiment) */
     memra_op_args a;      /* bound args: device pointers */
     CUfunction fn;        /* mmvq: the NVRTC specialization */
     memra_mmvq_launch ml; /* mmvq: geometry and the kernel's parameter block */
@@ -721,7 +722,7 @@ static int plan_forks(memra_cuda_backend *be, cuda_plan *cp, uint32_t t, memra_e
         return MEMRA_FAIL(err, MEMRA_ERR_NOMEM, "plan b%u s%u: out of memory", p->tier, p->stage);
     for (uint32_t i = 0; i < p->n_launches; i++) {
         const uint32_t op = cp->launches[i].op;
-        kind[i] = cp->launches[i].folded                               ? MEMRA_L2_SKIP
+        kind[i] = cp->launches[i].folded || cp->launches[i].skipped    ? MEMRA_L2_SKIP
                   : op == MEMRA_OP_MMVQ                                ? MEMRA_L2_MATVEC
                   : op == MEMRA_OP_MMVQ_MOE || op == MEMRA_OP_MOE_DOWN ? MEMRA_L2_HEAVY
                                                                        : MEMRA_L2_SMALL;
@@ -826,6 +827,13 @@ static int bind_plan(memra_cuda_backend *be, uint32_t t, uint32_t s, memra_err *
         }
     }
     fold_pairs(be, cp, t);
+    for (uint32_t i = 0; i < p->n_launches; i++) { /* after the folds: a fold needs both */
+        cuda_launch *L = &cp->launches[i];
+        if (!L->folded && (be->opts.skip_ops >> L->op & 1)) {
+            L->skipped = 1;
+            be->info.skipped[t]++;
+        }
+    }
     return plan_forks(be, cp, t, err);
 fail:
     return rc;
@@ -934,7 +942,7 @@ static int enqueue_stage(memra_cuda_backend *be, uint32_t t, uint32_t s, cudaStr
             eager && be->fault.kind && be->fault.tier == t && s == 0 && be->fault.launch == i
                 ? &be->fault
                 : NULL;
-        if (!cp->launches[i].folded)
+        if (!cp->launches[i].folded && !cp->launches[i].skipped)
             MEMRA_TRY(launch_one(be, cp, i, st, f, err));
         if (prof)
             MEMRA_RT_TRY(err, cudaEventRecord(cp->prof[i + 1], st));
@@ -1012,7 +1020,7 @@ static void fill_info(memra_cuda_backend *be)
             be->info.launches[t] += plan_at(be, t, s)->plan->n_launches;
             be->info.tick_bytes[t] += plan_at(be, t, s)->plan->stats.weight_bytes_streamed;
         }
-        be->info.launches[t] -= be->info.folded[t];
+        be->info.launches[t] -= be->info.folded[t] + be->info.skipped[t];
     }
 }
 
@@ -1044,6 +1052,7 @@ int memra_cuda_backend_open(const char *plan_dir, const memra_gguf *g, const mem
         rc = MEMRA_FAIL(err, MEMRA_ERR_INVALID_ARG, "%s", bad);
         goto fail;
     }
+    MEMRA_TRY(memra_op_skip_check(be->opts.skip_ops, err));
     MEMRA_TRY(open_device(be, err)); /* first: without a GPU nothing else matters */
     MEMRA_TRY(load_plans(be, plan_dir, err));
     MEMRA_TRY(weights_layout(be, err));

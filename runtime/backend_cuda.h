@@ -144,6 +144,10 @@ typedef struct memra_cuda_opts {
     int sync_launches;    /* 0 (default); 1: eager ticks synchronize after every launch, so
                              an asynchronous fault names its launch (debugging; slow) */
     uint32_t staging_mib; /* pinned staging chunk of the weight upload, MiB (default 64) */
+    uint64_t skip_ops;    /* timing experiments only (memra-bench --removal): bit op set = that
+                             op's launches are left out of every tick (eager and graph), so the
+                             tick's values mean nothing; only memra_op_skippable ops (else open
+                             refuses: MEMRA_ERR_INVALID_ARG). Default 0 */
     int profile;          /* 0 (default); 1: eager ticks time every launch with CUDA events
                              and add the times per op to memra_cuda_info.op_ms (the events
                              serialize PDL overlap: for attribution, not for speed) */
@@ -223,6 +227,8 @@ typedef struct memra_cuda_info {
     uint32_t launches[MEMRA_PLAN_MAX_TIERS];    /* kernel launches per tick, all stages */
     uint32_t folded[MEMRA_PLAN_MAX_TIERS];      /* plan launches folded into the one before
                                                    (opts.fuse), all stages */
+    uint32_t skipped[MEMRA_PLAN_MAX_TIERS];     /* plan launches left out (opts.skip_ops),
+                                                   all stages */
     uint32_t graph_nodes[MEMRA_PLAN_MAX_TIERS]; /* nodes of the tier's graph; 0 when eager */
     uint64_t tick_bytes[MEMRA_PLAN_MAX_TIERS];  /* weight bytes streamed per tick (plan stats) */
     uint32_t attn_split_ctas[MEMRA_PLAN_MAX_TIERS]; /* attn_decode's split CTAs per (kv head, row)

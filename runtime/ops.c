@@ -47,6 +47,43 @@ int memra_op_find(const char *name)
     return -1;
 }
 
+_Static_assert(MEMRA_OP_COUNT <= 64, "skip masks hold one bit per op");
+
+int memra_op_skippable(uint32_t op)
+{
+    return op == MEMRA_OP_RMS_NORM_Q8 || op == MEMRA_OP_SILU_MUL_Q8 || op == MEMRA_OP_ATTN_PREP ||
+           op == MEMRA_OP_ATTN_DECODE || op == MEMRA_OP_GDN_STEP;
+}
+
+uint64_t memra_op_skippable_mask(void)
+{
+    uint64_t m = 0;
+    for (uint32_t op = 0; op < MEMRA_OP_COUNT; op++)
+        if (memra_op_skippable(op))
+            m |= 1ull << op;
+    return m;
+}
+
+int memra_op_skip_refused(uint64_t mask)
+{
+    const uint64_t bad = mask & ~memra_op_skippable_mask();
+    for (int b = 0; b < 64; b++)
+        if (bad >> b & 1)
+            return b;
+    return -1;
+}
+
+int memra_op_skip_check(uint64_t mask, memra_err *err)
+{
+    const int bad = memra_op_skip_refused(mask);
+    if (bad < 0)
+        return MEMRA_OK;
+    const memra_op_desc *d = memra_op_get((uint32_t)bad);
+    return MEMRA_FAIL(err, MEMRA_ERR_INVALID_ARG,
+                      "skip_ops: bit %d (%s) cannot be left out of a tick (memra_op_skippable)",
+                      bad, d ? d->name : "no such op");
+}
+
 int memra_op_find_arg(uint32_t op, const char *name)
 {
     const memra_op_desc *d = memra_op_get(op);

@@ -126,6 +126,21 @@ const memra_op_desc *memra_op_get(uint32_t id);
 int memra_op_find(const char *name);
 /* Arg index of op by name, -1 when unknown. */
 int memra_op_find_arg(uint32_t op, const char *name);
+/* 1 when a backend may leave op's launches out of a tick for a timing experiment
+ * (memra_cpu_opts / memra_cuda_opts skip_ops, memra-bench --removal): its outputs are values
+ * only, never an index, a count or a token that a later launch turns into an address, so the
+ * tick stays in bounds on whatever the buffers then hold (rms_norm_q8, silu_mul_q8,
+ * attn_prep, attn_decode, gdn_step). 0 for every other op (embed, mmvq: the mat-vecs are
+ * what such an experiment times; moe_route's ids and sample's tokens become addresses). */
+int memra_op_skippable(uint32_t op);
+/* The mask of every skippable op (bit op). */
+uint64_t memra_op_skippable_mask(void);
+/* The lowest bit of mask that names no skippable op (an op that must run, or a bit past the
+ * catalog), -1 when every bit is skippable: what a backend's open refuses. */
+int memra_op_skip_refused(uint64_t mask);
+/* MEMRA_OK, or MEMRA_ERR_INVALID_ARG naming the first op of mask that must run (what both
+ * backends' open says of a bad opts.skip_ops). */
+int memra_op_skip_check(uint64_t mask, memra_err *err);
 /* XXH64 over the whole catalog (names, kinds, types, access, slots, flags, specs, keys):
  * plans record it, so a plan generated against another catalog is refused. */
 uint64_t memra_ops_catalog_hash(void);

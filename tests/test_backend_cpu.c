@@ -820,6 +820,79 @@ START_TEST(test_bad_input)
 }
 END_TEST
 
+/* opts.skip_ops (memra-bench --removal): a skipped op's launches do not run (the logits move
+ * off the planned ones: a mask that were ignored would leave them equal), the ticks stay
+ * in bounds with every skippable op left out at once, and an op that must run is refused. */
+START_TEST(test_skip_ops)
+{
+    ck_assert(memra_op_skippable(MEMRA_OP_RMS_NORM_Q8) && memra_op_skippable(MEMRA_OP_GDN_STEP) &&
+              memra_op_skippable(MEMRA_OP_ATTN_DECODE) && memra_op_skippable(MEMRA_OP_ATTN_PREP) &&
+              memra_op_skippable(MEMRA_OP_SILU_MUL_Q8));
+    ck_assert(!memra_op_skippable(MEMRA_OP_MMVQ) && !memra_op_skippable(MEMRA_OP_EMBED) &&
+              !memra_op_skippable(MEMRA_OP_SAMPLE) && !memra_op_skippable(MEMRA_OP_MOE_ROUTE) &&
+              !memra_op_skippable(MEMRA_OP_MMVQ_MOE) && !memra_op_skippable(MEMRA_OP_MOE_DOWN) &&
+              !memra_op_skippable(MEMRA_OP_COUNT));
+    ck_assert_int_eq(memra_op_skip_refused(0), -1);
+    ck_assert_int_eq(memra_op_skip_refused(memra_op_skippable_mask()), -1);
+    ck_assert_int_eq(memra_op_skip_refused(1ull << MEMRA_OP_MMVQ | 1ull << MEMRA_OP_GDN_STEP),
+                     MEMRA_OP_MMVQ);
+    ck_assert_int_eq(memra_op_skip_refused(1ull << 63), 63);
+
+    run_ctx c;
+    run_open(&c, &g_tiny, g_tiny.plans1, 1);
+    memra_err err;
+    memra_err_clear(&err);
+    const uint64_t masks[] = {1ull << MEMRA_OP_RMS_NORM_Q8, 1ull << MEMRA_OP_GDN_STEP,
+                              memra_op_skippable_mask()};
+    uint32_t sa = 0;
+    ck_assert_int_eq(memra_cpu_session_admit(c.be, NULL, &sa, &err), MEMRA_OK);
+    float *planned = xcalloc(3 * (size_t)c.n_vocab, sizeof *planned);
+    for (int i = 0; i < 3; i++) {
+        int32_t tok = 1 + i;
+        memra_cpu_step st = {.n_rows = 1, .sessions = &sa, .tokens = &tok};
+        ck_assert_msg(memra_cpu_backend_step(c.be, &st, &err) == MEMRA_OK, "%s", err.msg);
+        memcpy(planned + (size_t)i * c.n_vocab, memra_cpu_backend_logits(c.be, 0),
+               sizeof(float) * c.n_vocab);
+    }
+    for (size_t m = 0; m < sizeof masks / sizeof *masks; m++) {
+        memra_cpu_opts o = {.n_slots = 1, .n_ctx = N_CTX, .skip_ops = masks[m]};
+        memra_cpu_backend *be = NULL;
+        ck_assert_msg(memra_cpu_backend_open(g_tiny.plans1, c.g, &o, &be, &err) == MEMRA_OK, "%s",
+                      err.msg);
+        uint32_t s = 0;
+        ck_assert_int_eq(memra_cpu_session_admit(be, NULL, &s, &err), MEMRA_OK);
+        int differ = 0;
+        for (int i = 0; i < 3; i++) {
+            int32_t tok = 1 + i, out = -1;
+            memra_cpu_step st = {.n_rows = 1, .sessions = &s, .tokens = &tok, .out_tokens = &out};
+            ck_assert_msg(memra_cpu_backend_step(be, &st, &err) == MEMRA_OK, "%s", err.msg);
+            ck_assert(out >= 0 && (uint32_t)out < c.n_vocab); /* sampled in range whatever */
+            differ |= memcmp(planned + (size_t)i * c.n_vocab, memra_cpu_backend_logits(be, 0),
+                             sizeof(float) * c.n_vocab) != 0;
+        }
+        ck_assert_msg(differ, "mask %zu: the logits equal the planned tick's", m);
+        memra_cpu_backend_close(be);
+    }
+    static const uint32_t must_run[] = {MEMRA_OP_MMVQ, MEMRA_OP_EMBED, MEMRA_OP_SAMPLE,
+                                        MEMRA_OP_MOE_ROUTE, 63};
+    for (size_t k = 0; k < sizeof must_run / sizeof *must_run; k++) {
+        memra_cpu_opts o = {.n_slots = 1,
+                            .n_ctx = N_CTX,
+                            .skip_ops = 1ull << must_run[k] | 1ull << MEMRA_OP_GDN_STEP};
+        memra_cpu_backend *be = NULL;
+        memra_err_clear(&err);
+        ck_assert_int_eq(memra_cpu_backend_open(g_tiny.plans1, c.g, &o, &be, &err),
+                         MEMRA_ERR_INVALID_ARG);
+        ck_assert_ptr_null(be);
+        ck_assert_ptr_nonnull(strstr(err.msg, "skip_ops"));
+        if (must_run[k] < MEMRA_OP_COUNT)
+            ck_assert_ptr_nonnull(strstr(err.msg, memra_op_get(must_run[k])->name));
+    }
+    free(planned);
+    run_close(&c);
+}
+END_TEST
+
 START_TEST(test_stale_and_missing_plans)
 {
     /* The small model's plans refused for the tiny model (stale: another checkpoint hash);
@@ -864,6 +937,7 @@ Suite *make_backend_cpu_suite(void)
     tcase_add_test(dense, test_kv_q8_0);
     tcase_add_test(dense, test_sampling_batch_independent);
     tcase_add_test(dense, test_bad_input);
+    tcase_add_test(dense, test_skip_ops);
     tcase_add_test(dense, test_stale_and_missing_plans);
     suite_add_tcase(s, dense);
 

@@ -204,9 +204,10 @@ static void check_tier_mask(json_t *j, const char *key, int mask)
 static void check_config(json_t *j, const memra_bench_report *r)
 {
     static const char *const keys[] = {
-        "model", "model_name", "arch",    "file_type", "plans",       "backend",     "device",
-        "tiers", "depths",     "ticks",   "warmup",    "graphs",      "phases",      "prefill",
-        "seed",  "n_ctx",      "n_slots", "copy_gbs",  "copy_method", "host_method", NULL};
+        "model",    "model_name",  "arch",        "file_type", "plans",  "backend",
+        "device",   "tiers",       "depths",      "ticks",     "warmup", "graphs",
+        "phases",   "removal",     "prefill",     "seed",      "n_ctx",  "n_slots",
+        "copy_gbs", "copy_method", "host_method", NULL};
     for (int i = 0; keys[i]; i++)
         ck_assert_msg(json_object_get(j, keys[i]) != NULL, "config: no %s", keys[i]);
     ck_assert_str_eq(json_string_value(json_object_get(j, "backend")), "cpu");
@@ -342,6 +343,9 @@ static void check_json_file(const char *path, const memra_bench_report *r, int *
                       json_is_string(json_object_get(j, "name")));
         else if (!strcmp(type, "phase") && ++*n_phase)
             ck_assert(num(j, "base_ms") > 0 && num(j, "doubled_ms") > 0 && num(j, "launches") > 0);
+        else if (!strcmp(type, "removal") && ++*n_phase)
+            ck_assert(num(j, "base_ms") > 0 && num(j, "removed_ms") > 0 && num(j, "launches") > 0 &&
+                      json_is_string(json_object_get(j, "op")));
         json_decref(j);
         n++;
     }
@@ -711,6 +715,20 @@ START_TEST(test_bench_double_op)
 }
 END_TEST
 
+/* Launches per tick of every op class in the fixture's tier-2 plan. */
+static void tier2_op_counts(uint32_t counts[MEMRA_OP_COUNT])
+{
+    memra_gguf *g = NULL;
+    memra_plan *p = NULL;
+    ck_assert_int_eq(memra_gguf_open(g_model, &g, NULL), MEMRA_OK);
+    ck_assert_int_eq(memra_plan_load(g_plans, 2, 0, g, &p, NULL), MEMRA_OK);
+    memset(counts, 0, sizeof(uint32_t) * MEMRA_OP_COUNT);
+    for (uint32_t i = 0; i < p->n_launches; i++)
+        counts[p->launches[i].op]++;
+    memra_plan_free(p);
+    memra_gguf_close(g);
+}
+
 START_TEST(test_bench_phases)
 {
     memra_bench_opts o;
@@ -720,13 +738,10 @@ START_TEST(test_bench_phases)
     memra_bench_report *r = bench_ok(&o);
     ck_assert(!r->plans_generated);
     /* one phase per op class of the tier-2 plan, with that plan's launch counts */
-    memra_gguf *g = NULL;
-    memra_plan *p = NULL;
-    ck_assert_int_eq(memra_gguf_open(g_model, &g, NULL), MEMRA_OK);
-    ck_assert_int_eq(memra_plan_load(g_plans, 2, 0, g, &p, NULL), MEMRA_OK);
-    uint32_t counts[MEMRA_OP_COUNT] = {0}, n_classes = 0;
-    for (uint32_t i = 0; i < p->n_launches; i++)
-        n_classes += counts[p->launches[i].op]++ == 0;
+    uint32_t counts[MEMRA_OP_COUNT], n_classes = 0;
+    tier2_op_counts(counts);
+    for (uint32_t op = 0; op < MEMRA_OP_COUNT; op++)
+        n_classes += counts[op] > 0;
     ck_assert_uint_eq(r->n_phases, n_classes);
     for (uint32_t i = 0; i < r->n_phases; i++) {
         const memra_bench_phase *ph = &r->phases[i];
@@ -739,8 +754,6 @@ START_TEST(test_bench_phases)
             ck_assert_msg(ph->doubled_ms > ph->base_ms, "mmvq doubled %.3f ms <= base %.3f ms",
                           ph->doubled_ms, ph->base_ms);
     }
-    memra_plan_free(p);
-    memra_gguf_close(g);
     char json[512];
     write_json_file(r, json);
     int n_case, n_target, n_phase;
@@ -748,6 +761,49 @@ START_TEST(test_bench_phases)
     unlink(json);
     ck_assert_int_eq(n_phase, (int)n_classes);
     ck_assert_int_eq(n_target, 0); /* depth 1024 not in the run */
+    memra_bench_report_free(r);
+}
+END_TEST
+
+/* --removal: one record per skippable op class of the tier-2 plan with that plan's launch
+ * counts left out, then "(all)" with every one of them, each an interleaved pair; the JSON
+ * has a "removal" line per record. Leaving out every skippable class removes most of the
+ * tick's arithmetic but none of its mat-vecs, so the pair's medians must both be positive
+ * and saved their difference (the ranking itself is a measurement, not asserted). */
+START_TEST(test_bench_removal)
+{
+    memra_bench_opts o;
+    one_case_opts(&o, 2, 8);
+    o.ticks = 5;
+    o.removal = 1;
+    memra_bench_report *r = bench_ok(&o);
+    uint32_t counts[MEMRA_OP_COUNT], n_classes = 0, all = 0;
+    tier2_op_counts(counts);
+    for (uint32_t op = 0; op < MEMRA_OP_COUNT; op++)
+        if (counts[op] && memra_op_skippable(op)) {
+            n_classes++;
+            all += counts[op];
+        }
+    ck_assert_uint_ge(n_classes, 3); /* norms, gdn_step, attention at least */
+    ck_assert_uint_eq(r->n_removals, n_classes + 1);
+    ck_assert_int_eq(r->removals[r->n_removals - 1].op, -1);
+    ck_assert_uint_eq(r->removals[r->n_removals - 1].launches, all);
+    for (uint32_t i = 0; i < r->n_removals; i++) {
+        const memra_bench_removal *x = &r->removals[i];
+        if (x->op >= 0) {
+            ck_assert(memra_op_skippable((uint32_t)x->op));
+            ck_assert_uint_eq(x->launches, counts[x->op]);
+        }
+        ck_assert_uint_eq(x->tier, 2);
+        ck_assert(x->base_ms > 0 && x->removed_ms > 0);
+        ck_assert(x->saved_ms == x->base_ms - x->removed_ms);
+    }
+    char json[512];
+    write_json_file(r, json);
+    int n_case, n_target, n_lines;
+    check_json_file(json, r, &n_case, &n_target, &n_lines);
+    unlink(json);
+    ck_assert_int_eq(n_lines, (int)r->n_removals);
     memra_bench_report_free(r);
 }
 END_TEST
@@ -914,6 +970,7 @@ Suite *make_bench_suite(void)
     tcase_add_test(tc, test_bench_fill_synthetic);
     tcase_add_test(tc, test_bench_double_op);
     tcase_add_test(tc, test_bench_phases);
+    tcase_add_test(tc, test_bench_removal);
     tcase_add_test(tc, test_bench_logits_hash);
     tcase_add_test(tc, test_bench_decode_prefill);
     tcase_add_test(tc, test_bench_bad_input);
