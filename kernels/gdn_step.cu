@@ -11,10 +11,13 @@
  * forces; 1 with 4-warp CTAs once Hv * b exceeds 2 CTAs per SM), CTA sp owning state rows j
  * in [sp * dv / split, (sp + 1) * dv / split). The CTAs of
  * the value heads that share key head a (r = Hv / Hk) form one thread-block cluster of
- * r * split, rank mi * split + sp. Conv step: every conv channel has exactly one reader in
- * the grid, which shifts it right after reading it: each CTA computes an even share of
- * q_a, k_a's channels and pushes the values into every CTA of the cluster (distributed shared
- * memory), and the v channels of its own rows. Lane l of every warp then holds q_i, k_i for
+ * r * split, rank mi * split + sp. Conv step, small grids (8-warp CTAs): every conv channel
+ * has exactly one reader in the grid, which shifts it right after reading it: each CTA
+ * computes an even share of q_a, k_a's channels and pushes the values into every CTA of the
+ * cluster (distributed shared memory), and the v channels of its own rows. Large grids
+ * (4-warp CTAs, LQK): each CTA computes every channel of q_a, k_a itself (no push, one
+ * cluster barrier round less before the L2 norms) and shifts its share at its end, once
+ * every CTA of the cluster has read them. Lane l of every warp then holds q_i, k_i for
  * i = 4l..4l+3 (+128): exactly the canonical dk lane layout, so each warp forms the L2 sums in
  * registers (every warp of every CTA the same bits). The state S_h^T is [head_v_dim rows
  * j][head_k_dim] f32; a warp task is G rows (4, 8 or 16 / VEC), loaded with coalesced 16-byte
@@ -26,8 +29,9 @@
  * back in place. o_j goes into the shared memory of every CTA of head h, so each forms the gated
  * norm's sum of squares over all dv outputs in the dv lane layout (lane l: j = l, l + 32, ...;
  * the same bits everywhere), and quantizes its own rows' q8_1 blocks. Cluster barrier phases:
- * 0 (arrived at entry) every CTA runs before the first push; 1 q_a, k_a whole; 2 (split > 1)
- * o_h whole, after which no CTA touches another's shared memory.
+ * 0 (arrived at entry) every CTA runs before the first push; 1 q_a, k_a whole (LQK: every
+ * CTA has read its conv inputs and runs: waited after the delta rule, before o pushes and
+ * shifts); 2 (split > 1) o_h whole, after which no CTA touches another's shared memory.
  * Generic kernel (every other shape): one CTA (8 warps) per row walks the value heads in order;
  * warp w updates state rows j = w, w + 8, ... with the same lane layout (lane l: i = 128 m + 4 l
  * + c, scalar loads) and butterflies; warps 0 / 1 L2-normalise q / k. It stages the row's
@@ -227,6 +231,10 @@ __global__ void __launch_bounds__(W * 32, W == kFastWarpsLarge ? 4 : 2)
     constexpr int DK = 128 * VEC, NT = W * 32;
     /* double-buffer the warp's next task while the registers allow it (2 x 32 per lane) */
     constexpr bool PIPE = G * VEC <= 8;
+    /* local q_a, k_a (the large grids' 4-warp CTAs): every CTA of the cluster computes all of
+     * q_a, k_a's conv channels itself instead of a share pushed to the others (see the file
+     * comment; measured in the tick: B = 16 -1.2 %, B = 1 +1.2 % with it, so small grids push) */
+    constexpr bool LQK = W == kFastWarpsLarge;
     __shared__ float uqk[2 * DK], uv[MEMRA_GDN_MAX_HEAD_DIM], so[MEMRA_GDN_MAX_HEAD_DIM];
     /* cluster rank cr = mi * split + sp: value head mi of key head ka, row part sp */
     const int cr = g.cs > 1 ? (int)cg::this_cluster().block_rank() : 0;
@@ -234,7 +242,8 @@ __global__ void __launch_bounds__(W * 32, W == kFastWarpsLarge ? 4 : 2)
     const int dv = a.head_v_dim, rows = dv / g.split, j_lo = sp * rows, ntask = rows / G;
     const int h = a.head_map == MEMRA_GDN_HEADS_TILED ? ka + mi * a.n_k_head : ka * g.r + mi;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    if (g.cs > 1) /* phase 0 of the cluster barrier: this CTA runs, its shared memory exists */
+    if (!LQK &&
+        g.cs > 1) /* phase 0 of the cluster barrier: this CTA runs, its shared memory exists */
         __cluster_barrier_arrive_relaxed();
     /* The warp's first task loads before the wait. S is this op's own state, last written a
      * tick ago (every kernel before the previous one has completed once this one runs: the
@@ -256,12 +265,16 @@ __global__ void __launch_bounds__(W * 32, W == kFastWarpsLarge ? 4 : 2)
         for (unsigned off = (unsigned)lane * kPrefetchChunk; off < n; off += 32u * kPrefetchChunk)
             prefetch_l2_bulk(p0 + off, n - off < kPrefetchChunk ? n - off : kPrefetchChunk);
     }
-    /* conv items: an even share of q_a, k_a's channels over the cluster's CTAs, and v_h's
-     * channels of this CTA's rows; each channel has this one reader in the grid */
+    /* conv items: q_a, k_a's channels (LQK: all of them; else an even share [qk0, qk0 + nqk)
+     * over the cluster's CTAs), then v_h's channels of this CTA's rows. The CTA shifts its
+     * share and its v channels: without LQK right after reading them (each has this one
+     * reader in the grid), with LQK the share at the kernel's end, once every CTA of the
+     * cluster has read it (phase 1). */
     const int chunk = (2 * DK + g.cs - 1) / g.cs, qk0 = min(2 * DK, cr * chunk);
-    const int nqk = min(2 * DK, qk0 + chunk) - qk0, items = nqk + rows;
+    const int nqk = min(2 * DK, qk0 + chunk) - qk0;
+    const int c0 = LQK ? 0 : qk0, nc = LQK ? 2 * DK : nqk, items = nc + rows;
     for (int t = tid; t < items; t += NT) {
-        const int c = fast_channel(g, DK, ka, h, dv, qk0, nqk, j_lo, t);
+        const int c = fast_channel(g, DK, ka, h, dv, c0, nc, j_lo, t);
         prefetch_l2(a.conv_w + (size_t)c * (size_t)a.conv_k);
         prefetch_l2((const float *)(uintptr_t)a.conv_state[b] + (size_t)c * (size_t)(a.conv_k - 1));
     }
@@ -276,17 +289,20 @@ __global__ void __launch_bounds__(W * 32, W == kFastWarpsLarge ? 4 : 2)
         w0 = a.norm_w[j_lo + 32 * warp + lane];
     }
     for (int t = tid; t < items; t += NT) {
-        const int c = fast_channel(g, DK, ka, h, dv, qk0, nqk, j_lo, t);
+        const int c = fast_channel(g, DK, ka, h, dv, c0, nc, j_lo, t);
         const float u = conv_silu(a, g, b, c);
-        conv_shift(a, g, b, c); /* its only reader has read it */
-        if (t < nqk)
-            uqk[qk0 + t] = u;
+        if (!LQK || t >= nc)
+            conv_shift(a, g, b, c); /* its only reader has read it */
+        if (t < nc)
+            uqk[c0 + t] = u;
         else
-            uv[j_lo + t - nqk] = u;
+            uv[j_lo + t - nc] = u;
     }
+    if (LQK && g.cs > 1) /* phase 1 of the cluster barrier: this CTA's conv reads are done */
+        __cluster_barrier_arrive();
     /* off the critical path: the other CTAs of the cluster may still be in their conv step */
     const float beta = memra_gdn_beta(beta_x), lambda = memra_gdn_decay(ssm_a, alpha_x, dt_bias);
-    if (g.cs > 1) {
+    if (!LQK && g.cs > 1) {
         cg::cluster_group cl = cg::this_cluster();
         __cluster_barrier_wait(); /* phase 0: every CTA of the cluster runs */
         for (int t = tid; t < nqk; t += NT) /* this thread's own values: no CTA barrier needed */
@@ -330,7 +346,7 @@ __global__ void __launch_bounds__(W * 32, W == kFastWarpsLarge ? 4 : 2)
             load_rows<VEC, G>(St, jb, cur);
         const float o = delta_rows<VEC, G>(St, jb, k, q, uv, lambda, beta, cur);
         if (lane < G) {
-            if (g.split > 1) /* every CTA of head h gets the whole o_h */
+            if (!LQK && g.split > 1) /* every CTA of head h gets the whole o_h */
                 for (int d = 0; d < g.split; d++)
                     *cg::this_cluster().map_shared_rank(&so[jb + lane], mi * g.split + d) = o;
             else
@@ -343,6 +359,17 @@ __global__ void __launch_bounds__(W * 32, W == kFastWarpsLarge ? 4 : 2)
                 for (int v = 0; v < VEC; v++)
                     cur[rr][v] = nxt[rr][v];
     }
+    if (LQK && g.cs > 1) /* phase 1 complete: every CTA of the cluster runs and has read q_a, k_a */
+        __cluster_barrier_wait();
+    if (LQK && g.split > 1) /* (forced splits) every CTA of head h gets the whole o_h; each lane
+                             * pushes the so[] it wrote */
+        for (int grp = warp; grp < ntask; grp += W)
+            if (lane < G)
+                for (int d = 0; d < g.split; d++)
+                    if (d != sp)
+                        *cg::this_cluster().map_shared_rank(&so[j_lo + G * grp + lane],
+                                                            mi * g.split + d) =
+                            so[j_lo + G * grp + lane];
     if (g.split > 1) { /* phase 2: o_h whole in every CTA of head h; no DSMEM access after it */
         __cluster_barrier_arrive();
         __cluster_barrier_wait();
@@ -364,6 +391,9 @@ __global__ void __launch_bounds__(W * 32, W == kFastWarpsLarge ? 4 : 2)
         if (a.o)
             a.o[(size_t)b * (size_t)g.cv + (size_t)(h * dv + j)] = y;
     }
+    if (LQK) /* this CTA's share of q_a, k_a's conv channels, after every reader (phase 1) */
+        for (int t = tid; t < nqk; t += NT)
+            conv_shift(a, g, b, fast_channel(g, DK, ka, h, dv, qk0, nqk, j_lo, t));
 }
 
 /* ---------------------------------- generic kernel ----------------------------------- */

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# device-variant.sh — THERE: one device call for a kernel variant built HERE into
+# .carry/bench-alt (memra-bench and memra-gpu-ops-tests of the patched tree, see
+# bench/device-hostab.sh for the build): the variant's op test case first (VARIANT_CASE, e.g.
+# gdn_step: every shape and path against the CPU, memcmp), then bench/device-hostab.sh (the
+# tree's .carry/bench against the variant, interleaved, HOSTAB_ROUNDS x HOSTAB_ARGS), then
+# each of EXTRA_ARGS (a ';'-separated list of memra-bench option sets, run on the tree's build
+# after the A/B, e.g. "--gdn-split 1;--gdn-split 2"). Everything goes to $OUT as at most 8
+# files: summary.txt (the tables), ops-alt.log, hostab.txt, all.tgz (the rest).
+#   HERE:  apply the patch, build memra-bench (build-bench) and memra-gpu-ops-tests
+#          (build-cudabackend), copy .carry/bench to .carry/bench-alt and strip both binaries
+#          into .carry/bench-alt/bin, revert, rebuild (bench/results/mmvq-notes.md, session 24)
+#   THERE: VARIANT_CASE=gdn_step bench/device-variant.sh  (carry .carry/bench .carry/bench-alt
+#          .carry/cudabackend)
+set -u
+cd "$(dirname "$0")/.." || exit 1
+root=$PWD
+out=${OUT:-$root/out}
+work=$out/work
+mkdir -p "$work"
+export LD_LIBRARY_PATH=$root/.carry/cudabackend/lib:/usr/local/cuda/lib64
+export XDG_CACHE_HOME=/tmp/memra-cache
+if [ -n "${VARIANT_CASE:-}" ]; then
+  CK_FORK=no CK_RUN_CASE=$VARIANT_CASE timeout "${OPS_LIMIT:-240}" \
+    "$root/.carry/bench-alt/bin/memra-gpu-ops-tests" >"$out/ops-alt.log" 2>&1
+  echo "memra-gpu-ops-tests (variant) $VARIANT_CASE: rc=$?" >>"$out/ops-alt.log"
+fi
+OUT=$work bench/device-hostab.sh >"$out/hostab.txt" 2>&1
+echo "device-hostab: rc=$?" >>"$out/hostab.txt"
+n=0
+IFS=';' read -r -a extra <<<"${EXTRA_ARGS:-}"
+for args in "${extra[@]}"; do
+  n=$((n + 1))
+  # shellcheck disable=SC2086 # an option list
+  timeout 200 "$root/.carry/bench/bin/memra-bench" --backend cuda -m /tmp/memra-9b.gguf \
+    --json "$work/extra-$n.jsonl" $args >"$work/extra-$n.txt" 2>"$work/extra-$n.err"
+  echo "extra $n ($args): rc=$?" >>"$work/extra.txt"
+done
+{
+  tail -n 3 "$out/ops-alt.log" 2>/dev/null
+  tail -n 30 "$out/hostab.txt"
+  for i in $(seq 1 "$n"); do
+    sed -n "${i}p" "$work/extra.txt"
+    grep -E '^ +[0-9]+ +[0-9]+ (graph|eager)' "$work/extra-$i.txt"
+  done
+} >"$out/summary.txt"
+tar -czf "$out/all.tgz" -C "$work" . && rm -rf "$work"
+cat "$out/summary.txt"
