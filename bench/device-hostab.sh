@@ -5,7 +5,8 @@
 # (HOSTAB_ROUNDS rounds each, HOSTAB_ARGS), after memra-gpu-tests' chain case (the tick's
 # kernel chains, .carry/cudabackend) and one bench of the tree (BENCH_ARGS), while the 9b forge
 # runs in the background. Prints the bench report, then a table: build round tier median p99
-# rows_differ.
+# rows_differ. HOSTAB_BUILDS: the carry folders to interleave (default "bench bench-alt"; a
+# third build, e.g. "bench bench-alt bench-alt2", fits the 64 MiB a call carries).
 #   HERE: git apply PATCH && cmake -S . -B build-alt && cmake --build build-alt --target
 #         memra-bench && git checkout -- the patched files; cp -r .carry/bench .carry/bench-alt;
 #         strip --strip-debug -o .carry/bench-alt/bin/memra-bench build-alt/memra-bench
@@ -28,6 +29,13 @@ fi
 wait $forge
 sync # the forge's 5.6 GB of dirty pages: written back before anything is timed
 export XDG_CACHE_HOME=/tmp/memra-cache
+builds=${HOSTAB_BUILDS:-bench bench-alt} # carry folders under .carry, each a memra-bench build
+for b in $builds; do # the source-tree path baked into each build (plans/*.lua): this tree's
+  src=$(cat "$root/.carry/$b/srcdir" 2>/dev/null)
+  if [ -n "$src" ] && [ "$src" != "$root" ] && [ ! -e "$src" ]; then
+    mkdir -p "$(dirname "$src")" && ln -s "$root" "$src"
+  fi
+done
 [ -f "$root/.carry/bench/kcache.tgz" ] && tar -xzf "$root/.carry/bench/kcache.tgz" -C "$XDG_CACHE_HOME"
 run() { # carry-folder json-file args...
   local c=$1 j=$2
@@ -42,7 +50,7 @@ echo "memra-bench (tree): rc=$?"
 field() { printf '%s' "$1" | sed -nE "s/.*\"$2\":([^,}]*).*/\1/p"; }
 : >"$out/hostab.txt"
 for r in $(seq 1 "${HOSTAB_ROUNDS:-2}"); do
-  for b in bench bench-alt; do
+  for b in $builds; do
     # shellcheck disable=SC2086
     run "$root/.carry/$b" "$out/$b-$r.jsonl" ${HOSTAB_ARGS:---tiers 1,2 --depths 1024 --ticks 50 --prefill synthetic} \
       >"$out/$b-$r.txt" 2>"$out/$b-$r.err"

@@ -12,10 +12,13 @@
 #            memcmp, accuracy), then the engine's mmvq on the same shapes in the same call
 #            (memra-gpu-tests' bandwidth table, MEMRA_GPU_BENCH_ONLY=1; .carry/cudabackend
 #            carried too). HMMA_ARGS=--quick leaves out the LM head.
+#   gdn      bench/gdn_probe.cu (mmvq-notes, session 25): where one gdn_step launch's time
+#            goes, by timestamps at eight marks of the kernel (9b shapes, b = 1..16, after a
+#            previous kernel that releases it early as the tick's mmvq does). GDN_ARGS passed on.
 #
 #   bench/device-probe.sh carry            HERE: nvcc the three into .carry/probe/ (CUDA
 #                                          runtime linked statically: nothing else to carry)
-#   bench/device-probe.sh [pattern|launch|hmma]
+#   bench/device-probe.sh [pattern|launch|hmma|gdn]
 #                                          THERE, .carry/probe carried: prints the table
 #                                          (default pattern; TICKS=N ticks per launch variant)
 set -eu
@@ -25,6 +28,9 @@ if [ "${1:-}" = carry ]; then
   nvcc -O3 -arch=sm_90 -std=c++17 -o .carry/probe/pattern-probe bench/pattern_probe.cu
   nvcc -O3 -arch=sm_90 -std=c++17 -o .carry/probe/launch-probe bench/launch_probe.cu
   nvcc -O3 -arch=sm_90 -std=c++17 -I. -o .carry/probe/hmma-probe bench/hmma_probe.cu runtime/quant.c runtime/qtype.c
+  # the kernels' exact-arithmetic flags (cmake/cudakernels.cmake): the probe times their code
+  nvcc -O3 -arch=sm_90 -std=c++17 --fmad=false -prec-div=true -prec-sqrt=true -ftz=false \
+    -I. -Iinclude -Iruntime -Ikernels -o .carry/probe/gdn-probe bench/gdn_probe.cu kernels/cuda_common.cu
   exit 0
 fi
 case "${1:-pattern}" in
@@ -43,5 +49,9 @@ case "${1:-pattern}" in
     fi
     exit "$rc"
     ;;
-  *) echo "usage: bench/device-probe.sh [carry|pattern|launch|hmma]" >&2; exit 2 ;;
+  gdn)
+    # shellcheck disable=SC2086 # GDN_ARGS: flags or none
+    timeout "${GDN_LIMIT:-120}" .carry/probe/gdn-probe ${GDN_ARGS:-}
+    ;;
+  *) echo "usage: bench/device-probe.sh [carry|pattern|launch|hmma|gdn]" >&2; exit 2 ;;
 esac

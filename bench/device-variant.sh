@@ -11,19 +11,29 @@
 #          (build-cudabackend), copy .carry/bench to .carry/bench-alt and strip both binaries
 #          into .carry/bench-alt/bin, revert, rebuild (bench/results/mmvq-notes.md, session 24)
 #   THERE: VARIANT_CASE=gdn_step bench/device-variant.sh  (carry .carry/bench .carry/bench-alt
-#          .carry/cudabackend)
+#          .carry/cudabackend, or no .carry/cudabackend when bench-alt/lib holds the test's libraries)
 set -u
 cd "$(dirname "$0")/.." || exit 1
 root=$PWD
 out=${OUT:-$root/out}
 work=$out/work
 mkdir -p "$work"
-export LD_LIBRARY_PATH=$root/.carry/cudabackend/lib:/usr/local/cuda/lib64
+# the variant's libraries (bench-alt/lib, with the test's libsubunit copied in) where
+# .carry/cudabackend is not carried: 26 MB of the 64 MiB a call carries
+lib=$root/.carry/cudabackend/lib
+[ -d "$lib" ] || lib=$root/.carry/bench-alt/lib
+export LD_LIBRARY_PATH=$lib:/usr/local/cuda/lib64
 export XDG_CACHE_HOME=/tmp/memra-cache
-if [ -n "${VARIANT_CASE:-}" ]; then
-  CK_FORK=no CK_RUN_CASE=$VARIANT_CASE timeout "${OPS_LIMIT:-240}" \
-    "$root/.carry/bench-alt/bin/memra-gpu-ops-tests" >"$out/ops-alt.log" 2>&1
-  echo "memra-gpu-ops-tests (variant) $VARIANT_CASE: rc=$?" >>"$out/ops-alt.log"
+if [ -n "${VARIANT_CASE:-}" ]; then # every variant build of HOSTAB_BUILDS that has the test
+  : >"$out/ops-alt.log"
+  for b in ${HOSTAB_BUILDS:-bench-alt}; do
+    [ -x "$root/.carry/$b/bin/memra-gpu-ops-tests" ] || continue
+    for c in $VARIANT_CASE; do # a case or a space-separated list
+      CK_FORK=no CK_RUN_CASE=$c timeout "${OPS_LIMIT:-240}" \
+        "$root/.carry/$b/bin/memra-gpu-ops-tests" >>"$out/ops-alt.log" 2>&1
+      echo "memra-gpu-ops-tests ($b) $c: rc=$?" >>"$out/ops-alt.log"
+    done
+  done
 fi
 OUT=$work bench/device-hostab.sh >"$out/hostab.txt" 2>&1
 echo "device-hostab: rc=$?" >>"$out/hostab.txt"
@@ -37,7 +47,7 @@ for args in "${extra[@]}"; do
   echo "extra $n ($args): rc=$?" >>"$work/extra.txt"
 done
 {
-  tail -n 3 "$out/ops-alt.log" 2>/dev/null
+  grep -a -E "Checks:|rc=" "$out/ops-alt.log" 2>/dev/null
   tail -n 30 "$out/hostab.txt"
   for i in $(seq 1 "$n"); do
     sed -n "${i}p" "$work/extra.txt"

@@ -28,7 +28,7 @@ __device__ void norm_rope(const memra_attn_prep_args &a, const float *x, const f
     for (int d = threadIdx.x; d < dh; d += kThreads)
         ss += (double)x[d] * (double)x[d];
     ss = block_sum_f64(ss, red);
-    const float scale = 1.0f / sqrtf((float)(ss / (double)dh) + a.eps);
+    const float scale = 1.0f / sqrtf((float)memra_x_div_n(ss, dh) + a.eps); /* ss / (double)dh */
     for (int d = threadIdx.x; d < dh; d += kThreads)
         y[d] = __fmul_rn(w[d], __fmul_rn(x[d], scale));
     __syncthreads();

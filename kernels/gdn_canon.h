@@ -47,14 +47,25 @@
 /* ---------------------------- scalar pieces (both sides) ----------------------------- */
 
 /* silu of one conv channel: acc = 0; acc += w[t] * win[t] for t = 0..K-2 (oldest first); acc +=
- * w[K-1] * x (the new raw sample); f32, each op rounded; then memra_x_siluf. */
-MEMRA_GC float memra_gdn_conv_silu(const float *w, const float *win, float x, int32_t K)
+ * w[K-1] * x (the new raw sample); f32, each op rounded; then memra_x_siluf. In two parts
+ * (the CUDA kernel forms the first before its PDL wait: it reads only the conv state and the
+ * weights, not the new sample): memra_gdn_conv_old, then memra_gdn_conv_new. */
+MEMRA_GC float memra_gdn_conv_old(const float *w, const float *win, int32_t K)
 {
     float acc = 0.0f;
     for (int32_t t = 0; t < K - 1; t++)
         acc = MEMRA_GC_ADD(acc, MEMRA_GC_MUL(w[t], win[t]));
-    acc = MEMRA_GC_ADD(acc, MEMRA_GC_MUL(w[K - 1], x));
-    return memra_x_siluf(acc);
+    return acc;
+}
+
+MEMRA_GC float memra_gdn_conv_new(float acc, float w_last, float x)
+{
+    return memra_x_siluf(MEMRA_GC_ADD(acc, MEMRA_GC_MUL(w_last, x)));
+}
+
+MEMRA_GC float memra_gdn_conv_silu(const float *w, const float *win, float x, int32_t K)
+{
+    return memra_gdn_conv_new(memra_gdn_conv_old(w, win, K), w[K - 1], x);
 }
 
 /* beta = sigmoid(logit). */
@@ -78,13 +89,19 @@ MEMRA_GC float memra_gdn_l2_scale(double ss, float eps)
 /* RMS scale from the f64 sum of squares of n values: 1 / sqrtf(mean + eps). */
 MEMRA_GC float memra_gdn_rms_scale(double ss, int32_t n, float eps)
 {
-    return 1.0f / sqrtf((float)(ss / (double)n) + eps);
+    return 1.0f / sqrtf((float)memra_x_div_n(ss, n) + eps); /* = ss / (double)n */
+}
+
+/* Gated-norm output with the gate's silu(z) already formed (sz = memra_x_siluf(z)). */
+MEMRA_GC float memra_gdn_gate_s(float o, float scale, float w, float sz)
+{
+    return MEMRA_GC_MUL(MEMRA_GC_MUL(w, MEMRA_GC_MUL(o, scale)), sz);
 }
 
 /* Gated-norm output: (w * (o * scale)) * silu(z). */
 MEMRA_GC float memra_gdn_gate(float o, float scale, float w, float z)
 {
-    return MEMRA_GC_MUL(MEMRA_GC_MUL(w, MEMRA_GC_MUL(o, scale)), memra_x_siluf(z));
+    return memra_gdn_gate_s(o, scale, w, memra_x_siluf(z));
 }
 
 /* ------------------------- whole vectors: CPU emulation (host) ------------------------ */

@@ -12,15 +12,18 @@
  * in [sp * dv / split, (sp + 1) * dv / split). The CTAs of
  * the value heads that share key head a (r = Hv / Hk) form one thread-block cluster of
  * r * split, rank mi * split + sp. Conv step, small grids (8-warp CTAs): every conv channel
- * has exactly one reader in the grid, which shifts it right after reading it: each CTA
+ * has exactly one reader in the grid, which shifts it when reading it: each CTA
  * computes an even share of q_a, k_a's channels and pushes the values into every CTA of the
  * cluster (distributed shared memory), and the v channels of its own rows. Large grids
  * (4-warp CTAs, LQK): each CTA computes every channel of q_a, k_a itself (no push, one
  * cluster barrier round less before the L2 norms) and shifts its share at its end, once
- * every CTA of the cluster has read them. Lane l of every warp then holds q_i, k_i for
- * i = 4l..4l+3 (+128): exactly the canonical dk lane layout, so each warp forms the L2 sums in
- * registers (every warp of every CTA the same bits). The state S_h^T is [head_v_dim rows
- * j][head_k_dim] f32; a warp task is G rows (4, 8 or 16 / VEC), loaded with coalesced 16-byte
+ * every CTA of the cluster has read them. A conv item's sum over the K - 1 old samples (and
+ * its reader's old half of the shift) is formed before the PDL wait; after it only the new
+ * sample is read. Where the conv step leaves threads idle, lambda, beta and the gate's silu(z)
+ * are formed by those meanwhile (bench/gdn_probe.cu times the chain). Lane l of every warp then
+ * holds q_i, k_i for i = 4l..4l+3 (+128): exactly the canonical dk lane layout, so each warp forms
+ * the L2 sums in registers (every warp of every CTA the same bits). The state S_h^T is [head_v_dim
+ * rows j][head_k_dim] f32; a warp task is G rows (4, 8 or 16 / VEC), loaded with coalesced 16-byte
  * loads (same layout; the warp's first task before the PDL wait, the rows past the first W
  * tasks streamed into L2 by bulk prefetches, and with G * VEC <= 8 the warp's next task loaded
  * while it computes the current one); per row
@@ -48,6 +51,32 @@
 #include "gdn_canon.h"
 
 namespace cg = cooperative_groups;
+
+#ifdef MEMRA_GDN_PROBE
+/* bench/gdn_probe.cu only (never in the engine's build): thread 0 of each fast CTA stamps
+ * %globaltimer and clock64 at the kernel's marks (GDN_MARK), so the probe can say where a
+ * launch's time goes. "memory" keeps the stamps in program order with the loads and stores
+ * around them; a value the stamp must follow is named with GDN_AFTER. */
+#define MEMRA_GDN_PROBE_CTAS 8192
+#define MEMRA_GDN_PROBE_MARKS 10
+__device__ unsigned long long g_gdn_probe[MEMRA_GDN_PROBE_CTAS][MEMRA_GDN_PROBE_MARKS][2];
+__device__ __forceinline__ void gdn_mark(int i)
+{
+    const unsigned cta = blockIdx.x + blockIdx.y * gridDim.x;
+    if (threadIdx.x != 0 || cta >= MEMRA_GDN_PROBE_CTAS)
+        return;
+    unsigned long long t, c;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
+    asm volatile("mov.u64 %0, %%clock64;" : "=l"(c)::"memory");
+    g_gdn_probe[cta][i][0] = t;
+    g_gdn_probe[cta][i][1] = c;
+}
+#define GDN_MARK(i) gdn_mark(i)
+#define GDN_AFTER(x) asm volatile("" ::"f"(x) : "memory")
+#else
+#define GDN_MARK(i) ((void)0)
+#define GDN_AFTER(x) ((void)0)
+#endif
 
 namespace {
 
@@ -101,6 +130,32 @@ __device__ __forceinline__ float conv_silu(const memra_gdn_step_args &a, const g
     const float *win = (const float *)(uintptr_t)a.conv_state[b] + (size_t)c * (size_t)(K - 1);
     return memra_gdn_conv_silu(a.conv_w + (size_t)c * (size_t)K, win,
                                a.qkv[(size_t)b * (size_t)g.cc + (size_t)c], K);
+}
+
+/* The fast kernel's conv channel c of row b before its PDL wait: returns the old samples' part
+ * of the conv sum (memra_gdn_conv_old) and, when `shift` (the channel's only reader), moves
+ * C(c, 1..K-2) to C(c, 0..K-3); conv_new completes both once qkv[b, c] may be read. */
+__device__ __forceinline__ float conv_old(const memra_gdn_step_args &a, int b, int c, bool shift)
+{
+    const int K = a.conv_k;
+    float *win = (float *)(uintptr_t)a.conv_state[b] + (size_t)c * (size_t)(K - 1);
+    const float acc = memra_gdn_conv_old(a.conv_w + (size_t)c * (size_t)K, win, K);
+    if (shift)
+        for (int j = 0; j < K - 2; j++)
+            win[j] = win[j + 1];
+    return acc;
+}
+
+/* After the wait: silu(acc + w[K-1] x) with x = qkv[b, c]; with `shift`, C(c, K-2) <- x. */
+__device__ __forceinline__ float conv_new(const memra_gdn_step_args &a, const gdn_geom &g, int b,
+                                          int c, float acc, bool shift)
+{
+    const int K = a.conv_k;
+    const float x = a.qkv[(size_t)b * (size_t)g.cc + (size_t)c];
+    const float u = memra_gdn_conv_new(acc, a.conv_w[(size_t)c * (size_t)K + (size_t)(K - 1)], x);
+    if (shift)
+        ((float *)(uintptr_t)a.conv_state[b])[(size_t)c * (size_t)(K - 1) + (size_t)(K - 2)] = x;
+    return u;
 }
 
 /* C(c, .) <- [C(c, 1..K-2), qkv[b, c]] (gdn_step.c conv_shift). */
@@ -242,6 +297,7 @@ __global__ void __launch_bounds__(W * 32, W == kFastWarpsLarge ? 4 : 2)
     const int dv = a.head_v_dim, rows = dv / g.split, j_lo = sp * rows, ntask = rows / G;
     const int h = a.head_map == MEMRA_GDN_HEADS_TILED ? ka + mi * a.n_k_head : ka * g.r + mi;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    GDN_MARK(0);
     if (!LQK &&
         g.cs > 1) /* phase 0 of the cluster barrier: this CTA runs, its shared memory exists */
         __cluster_barrier_arrive_relaxed();
@@ -273,35 +329,67 @@ __global__ void __launch_bounds__(W * 32, W == kFastWarpsLarge ? 4 : 2)
     const int chunk = (2 * DK + g.cs - 1) / g.cs, qk0 = min(2 * DK, cr * chunk);
     const int nqk = min(2 * DK, qk0 + chunk) - qk0;
     const int c0 = LQK ? 0 : qk0, nc = LQK ? 2 * DK : nqk, items = nc + rows;
+    /* Before the wait, the part of each item that reads only the conv state and the weights
+     * (its sum over the K - 1 old samples, kept in the item's slot of uqk / uv, and the old
+     * half of the shift where this CTA is the channel's only reader); after it, only qkv's
+     * new sample is read. */
     for (int t = tid; t < items; t += NT) {
         const int c = fast_channel(g, DK, ka, h, dv, c0, nc, j_lo, t);
-        prefetch_l2(a.conv_w + (size_t)c * (size_t)a.conv_k);
-        prefetch_l2((const float *)(uintptr_t)a.conv_state[b] + (size_t)c * (size_t)(a.conv_k - 1));
+        const float acc = conv_old(a, b, c, !LQK || t >= nc);
+        if (t < nc)
+            uqk[c0 + t] = acc;
+        else
+            uv[j_lo + t - nc] = acc;
     }
+    /* The scalar chains after the wait that do not need q, k (bench/gdn_probe.cu --chains,
+     * H100: lambda's exp, log1p, exp ~1940 cycles, beta's sigmoid ~480, silu ~660): where the
+     * conv step leaves enough threads idle (`early`: the small grids of b <= 2 on the 9b),
+     * lambda on the CTA's last thread (rt 0), beta on the one before it and the gated norm's
+     * silu(z_j) of this CTA's rows on the ones before those, in parallel with the conv step,
+     * kept in shared memory and published by the barrier before the L2 norms. Elsewhere every
+     * thread forms lambda and beta after its conv items, and silu(z) in the output step
+     * (dedicated threads with conv items of their own measured slower at B = 16). */
+    __shared__ float s_lb[2], s_gz[MEMRA_GDN_MAX_HEAD_DIM];
+    const int rt = NT - 1 - tid;
+    const bool early = items + 2 + rows <= NT;
     const float ssm_a = a.ssm_a[h], dt_bias = a.dt_bias[h];
+    GDN_MARK(1);
     pdl_wait_release();
+    GDN_MARK(2);
     const size_t bh = (size_t)b * (size_t)a.n_v_head + (size_t)h;
-    const float beta_x = a.beta[bh], alpha_x = a.alpha[bh]; /* in flight during the conv step */
     const float *z = a.z + (size_t)b * (size_t)g.cv + (size_t)h * (size_t)dv;
+    /* the chains' inputs, in flight during the conv step */
+    const float chain_x = !early          ? 0.0f
+                          : rt == 0       ? a.alpha[bh]
+                          : rt == 1       ? a.beta[bh]
+                          : rt - 2 < rows ? z[j_lo + rt - 2]
+                                          : 0.0f;
+    const float alpha_x = early ? 0.0f : a.alpha[bh], beta_x = early ? 0.0f : a.beta[bh];
     float z0 = 0.0f, w0 = 0.0f; /* the warp's first q8_1 block's gate inputs */
     if (warp < rows / 32) {
-        z0 = z[j_lo + 32 * warp + lane];
+        if (!early)
+            z0 = z[j_lo + 32 * warp + lane];
         w0 = a.norm_w[j_lo + 32 * warp + lane];
     }
-    for (int t = tid; t < items; t += NT) {
+    for (int t = tid; t < items; t += NT) { /* each slot is this thread's own: no barrier */
         const int c = fast_channel(g, DK, ka, h, dv, c0, nc, j_lo, t);
-        const float u = conv_silu(a, g, b, c);
-        if (!LQK || t >= nc)
-            conv_shift(a, g, b, c); /* its only reader has read it */
-        if (t < nc)
-            uqk[c0 + t] = u;
-        else
-            uv[j_lo + t - nc] = u;
+        float &slot = t < nc ? uqk[c0 + t] : uv[j_lo + t - nc];
+        slot = conv_new(a, g, b, c, slot, !LQK || t >= nc); /* only reader: shift done */
     }
+    GDN_MARK(3);
     if (LQK && g.cs > 1) /* phase 1 of the cluster barrier: this CTA's conv reads are done */
         __cluster_barrier_arrive();
-    /* off the critical path: the other CTAs of the cluster may still be in their conv step */
-    const float beta = memra_gdn_beta(beta_x), lambda = memra_gdn_decay(ssm_a, alpha_x, dt_bias);
+    float lambda = 0.0f, beta = 0.0f;
+    if (!early) { /* off the critical path only where the cluster's others are still in conv */
+        beta = memra_gdn_beta(beta_x);
+        lambda = memra_gdn_decay(ssm_a, alpha_x, dt_bias);
+    } else if (rt == 0) {
+        s_lb[0] = memra_gdn_decay(ssm_a, chain_x, dt_bias);
+    } else if (rt == 1) {
+        s_lb[1] = memra_gdn_beta(chain_x);
+    } else if (rt - 2 < rows) {
+        s_gz[j_lo + rt - 2] = memra_x_siluf(chain_x);
+    }
     if (!LQK && g.cs > 1) {
         cg::cluster_group cl = cg::this_cluster();
         __cluster_barrier_wait(); /* phase 0: every CTA of the cluster runs */
@@ -313,6 +401,11 @@ __global__ void __launch_bounds__(W * 32, W == kFastWarpsLarge ? 4 : 2)
         __cluster_barrier_wait();   /* ... acquire everyone's: uqk is whole in every CTA */
     } else {
         __syncthreads();
+    }
+    GDN_MARK(4);
+    if (early) {
+        lambda = s_lb[0];
+        beta = s_lb[1];
     }
     /* q_a, k_a in the canonical lane layout; L2 sums per lane in increasing i, butterfly */
     float k[VEC][4], q[VEC][4];
@@ -334,6 +427,9 @@ __global__ void __launch_bounds__(W * 32, W == kFastWarpsLarge ? 4 : 2)
             q[v][c] = __fmul_rn(__fmul_rn(q[v][c], scq), g.q_scale);
             k[v][c] = __fmul_rn(k[v][c], sck);
         }
+    GDN_AFTER(q[0][0]);
+    GDN_AFTER(k[0][0]);
+    GDN_MARK(5);
     for (int grp = warp; grp < ntask; grp += W) {
         const int jb = j_lo + G * grp;
         const bool more = PIPE && grp + W < ntask;
@@ -359,6 +455,7 @@ __global__ void __launch_bounds__(W * 32, W == kFastWarpsLarge ? 4 : 2)
                 for (int v = 0; v < VEC; v++)
                     cur[rr][v] = nxt[rr][v];
     }
+    GDN_MARK(6);
     if (LQK && g.cs > 1) /* phase 1 complete: every CTA of the cluster runs and has read q_a, k_a */
         __cluster_barrier_wait();
     if (LQK && g.split > 1) /* (forced splits) every CTA of head h gets the whole o_h; each lane
@@ -376,16 +473,19 @@ __global__ void __launch_bounds__(W * 32, W == kFastWarpsLarge ? 4 : 2)
     } else {
         __syncthreads();
     }
+    GDN_MARK(7);
     /* gated norm: dv lane layout (lane l: j = l, l + 32, ...), every warp of every CTA of the
      * head the same bits; the CTA quantizes its own rows' q8_1 blocks */
     double ss = 0.0;
     for (int j = lane; j < dv; j += 32)
         ss = add_sq(ss, so[j]);
     const float scale = memra_gdn_rms_scale(bfly_f64(ss), dv, a.eps);
+    GDN_AFTER(scale);
+    GDN_MARK(8);
     for (int grp = warp; grp < rows / 32; grp += W) {
         const int j = j_lo + 32 * grp + lane;
-        const float y = memra_gdn_gate(so[j], scale, grp == warp ? w0 : a.norm_w[j],
-                                       grp == warp ? z0 : z[j]);
+        const float sz = early ? s_gz[j] : memra_x_siluf(grp == warp ? z0 : z[j]);
+        const float y = memra_gdn_gate_s(so[j], scale, grp == warp ? w0 : a.norm_w[j], sz);
         const size_t blk = (size_t)b * (size_t)(g.cv / 32) + (size_t)(h * dv + j - lane) / 32;
         q8_1_quantize_warp(y, lane, (u8 *)a.y_q + blk * Q8_1_BYTES);
         if (a.o)
@@ -394,6 +494,7 @@ __global__ void __launch_bounds__(W * 32, W == kFastWarpsLarge ? 4 : 2)
     if (LQK) /* this CTA's share of q_a, k_a's conv channels, after every reader (phase 1) */
         for (int t = tid; t < nqk; t += NT)
             conv_shift(a, g, b, fast_channel(g, DK, ka, h, dv, qk0, nqk, j_lo, t));
+    GDN_MARK(9);
 }
 
 /* ---------------------------------- generic kernel ----------------------------------- */

@@ -13,6 +13,7 @@
  */
 #include "cuda_common.cuh"
 #include "cuda_ops.h"
+#include "exact_math.h"
 
 namespace {
 
@@ -59,7 +60,7 @@ __global__ void __launch_bounds__(kThreads) rms_norm_q8_kernel(memra_rms_norm_q8
             ss += (double)x[j] * (double)x[j];
     }
     ss = block_sum_f64(ss, red);
-    const float mean = (float)(ss / (double)a.n);
+    const float mean = (float)memra_x_div_n(ss, a.n); /* = ss / (double)n, the same bits */
     const float scale = 1.0f / sqrtf(mean + a.eps); /* eps inside the sqrt, added to the mean */
     const int nblk = a.n / 32;
     u8 *yq = (u8 *)a.y_q + (size_t)b * (size_t)nblk * Q8_1_BYTES;

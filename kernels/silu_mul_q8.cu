@@ -55,6 +55,9 @@ __global__ void exact_math_eval_kernel(int fn, const double *x, const double *y,
     case MEMRA_XM_POW: r = memra_x_pow(v, y[i]); break;
     case MEMRA_XM_SIN: memra_x_sincos(v, &sn, &cs); r = sn; break;
     case MEMRA_XM_COS: memra_x_sincos(v, &sn, &cs); r = cs; break;
+    case MEMRA_XM_DIV_N:
+        r = memra_x_div_n(v, (int)y[i]);
+        break;
     case MEMRA_XM_EXPF: r = (double)memra_x_expf((float)v); break;
     case MEMRA_XM_SIGMOIDF: r = (double)memra_x_sigmoidf((float)v); break;
     case MEMRA_XM_SILUF: r = (double)memra_x_siluf((float)v); break;

@@ -52,13 +52,24 @@ extern "C" {
 /* CPU reference: MEMRA_OK, or MEMRA_ERR_INVALID_ARG when the check fails. */
 int memra_silu_mul_q8_ref(const memra_silu_mul_q8_args *a);
 
-/* Functions of memra_exact_math_eval_cuda: out[i] = f(x[i]) (f(x[i], y[i]) for POW); the
+/* Functions of memra_exact_math_eval_cuda: out[i] = f(x[i]) (f(x[i], y[i]) for POW,
+ * memra_x_div_n(x[i], (int)y[i]) for DIV_N); the
  * float ones take (float)x[i] (x[i] must hold a float) and return the float widened. */
 enum {
-    MEMRA_XM_EXP, MEMRA_XM_LOG, MEMRA_XM_LOG1P, MEMRA_XM_POW, MEMRA_XM_SIN, MEMRA_XM_COS,
-    MEMRA_XM_EXPF, MEMRA_XM_SIGMOIDF, MEMRA_XM_SILUF, MEMRA_XM_SOFTPLUSF, MEMRA_XM_COUNT
+    MEMRA_XM_EXP,
+    MEMRA_XM_LOG,
+    MEMRA_XM_LOG1P,
+    MEMRA_XM_POW,
+    MEMRA_XM_SIN,
+    MEMRA_XM_COS,
+    MEMRA_XM_DIV_N,
+    MEMRA_XM_EXPF,
+    MEMRA_XM_SIGMOIDF,
+    MEMRA_XM_SILUF,
+    MEMRA_XM_SOFTPLUSF,
+    MEMRA_XM_COUNT
 };
-/* Device pointers x, y (read only for POW), out [n]; synchronous (default stream). MEMRA_OK,
+/* Device pointers x, y (read only for POW, DIV_N), out [n]; synchronous (default stream). MEMRA_OK,
  * MEMRA_ERR_INVALID_ARG (fn or n out of range), or MEMRA_ERR_CUDA. Only in CUDA builds. */
 int memra_exact_math_eval_cuda(int32_t fn, const double *x, const double *y, double *out,
                                int64_t n);

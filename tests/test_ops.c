@@ -226,6 +226,31 @@ START_TEST(test_exact_math_specials)
                           "float fn %d (exp, sigmoid, silu, softplus) at %a: %a want %a", f, (double)x,
                           (double)got[f], (double)want[f]);
     }
+    /* x / n: the power-of-two multiply gives the division's bits (subnormal results, the
+     * largest doubles, infinities, NaN), and other n divide */
+    const double dx[] = {
+        0.0, -0.0,      sub,    3 * sub, dmin, nextafter(dmin, 0), 1.7976931348623157e308, 1.0, 3.0,
+        0.1, 12345.678, 1e-310, inf,     -inf};
+    const int dn[] = {1, 2, 3, 7, 128, 256, 4096, 4095, 1 << 30, 1000000};
+    for (size_t i = 0; i < sizeof dx / sizeof dx[0]; i++)
+        for (size_t j = 0; j < sizeof dn / sizeof dn[0]; j++) {
+            const double got = memra_x_div_n(dx[i], dn[j]), want = dx[i] / (double)dn[j];
+            ck_assert_msg(memcmp(&got, &want, sizeof got) == 0, "div_n(%a, %d) = %a, want %a",
+                          dx[i], dn[j], got, want);
+        }
+    ck_assert(isnan(memra_x_div_n(NAN, 4096)));
+    uint64_t st = 0x9E3779B97F4A7C15ull;
+    for (int i = 0; i < 100000; i++) { /* random bit patterns: every exponent, both signs */
+        st = st * 6364136223846793005ull + 1442695040888963407ull;
+        uint64_t u = st;
+        double x;
+        memcpy(&x, &u, sizeof x);
+        if (x != x)
+            continue;
+        const int n = 1 << (int)((st >> 59) % 31);
+        const double got = memra_x_div_n(x, n), want = x / (double)n;
+        ck_assert_msg(memcmp(&got, &want, sizeof got) == 0, "div_n(%a, %d)", x, n);
+    }
     ck_assert(memra_x_sigmoidf(-INFINITY) == 0.0f && memra_x_sigmoidf(INFINITY) == 1.0f);
     ck_assert(memra_x_softplusf(-INFINITY) == 0.0f && memra_x_softplusf(INFINITY) == INFINITY);
     ck_assert(isnan(memra_x_expf(NAN)) && isnan(memra_x_sigmoidf(NAN)) && isnan(memra_x_siluf(NAN)) &&

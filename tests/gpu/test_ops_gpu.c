@@ -1662,6 +1662,8 @@ static double xm_cpu(int fn, double x, double y)
     case MEMRA_XM_POW: return memra_x_pow(x, y);
     case MEMRA_XM_SIN: memra_x_sincos(x, &sn, &cs); return sn;
     case MEMRA_XM_COS: memra_x_sincos(x, &sn, &cs); return cs;
+    case MEMRA_XM_DIV_N:
+        return x / y; /* the division itself: div_n must give its bits */
     case MEMRA_XM_EXPF: return (double)memra_x_expf((float)x);
     case MEMRA_XM_SIGMOIDF: return (double)memra_x_sigmoidf((float)x);
     case MEMRA_XM_SILUF: return (double)memra_x_siluf((float)x);
@@ -1671,7 +1673,7 @@ static double xm_cpu(int fn, double x, double y)
 
 static double xm_u01(tu_rng *r) { return (double)(tu_rng_u64(r) >> 11) * 0x1p-53; }
 
-/* Input i of function fn (y: pow's exponent). */
+/* Input i of function fn (y: pow's exponent, div_n's n). */
 static double xm_input(int fn, size_t i, tu_rng *r, double *y)
 {
     static const double sp[] = {0.0, -0.0, INFINITY, -INFINITY, NAN, 1.0, -1.0, 4.9406564584124654e-324,
@@ -1679,8 +1681,18 @@ static double xm_input(int fn, size_t i, tu_rng *r, double *y)
                                 -745.1332191019412, -708.3964185322641, 88.72283935546875, -103.97208404541016,
                                 20.0, 1.5707963267948966, 3.141592653589793, 1.6e6};
     *y = (2 * xm_u01(r) - 1) * 20;
+    if (fn == MEMRA_XM_DIV_N) { /* n: powers of two 1 .. 2^30 and other integers; x: any bits */
+        const uint64_t k = tu_rng_u64(r);
+        *y = k % 4 ? (double)(1 << (int)(k % 31)) : (double)(1 + (int)(k >> 40) % 100000);
+    }
     if (i < sizeof sp / sizeof sp[0])
         return sp[i];
+    if (fn == MEMRA_XM_DIV_N) {
+        const uint64_t u = tu_rng_u64(r);
+        double d;
+        memcpy(&d, &u, sizeof d);
+        return d;
+    }
     const double u = xm_u01(r), v = xm_u01(r);
     switch (fn) {
     case MEMRA_XM_EXP: return i % 2 ? -746 + 1456 * u : (2 * u - 1) * pow(10.0, -20 * v);
@@ -1703,8 +1715,9 @@ START_TEST(test_exact_math_gpu)
     double *x = halloc(n * sizeof *x), *y = halloc(n * sizeof *y), *want = halloc(n * sizeof *want);
     double *got = halloc(n * sizeof *got), *dx = dalloc(n * sizeof *dx), *dy = dalloc(n * sizeof *dy);
     double *dout = dalloc(n * sizeof *dout);
-    static const char *const names[MEMRA_XM_COUNT] = {"exp", "log", "log1p", "pow", "sin", "cos",
-                                                      "expf", "sigmoidf", "siluf", "softplusf"};
+    static const char *const names[MEMRA_XM_COUNT] = {"exp",      "log",   "log1p",    "pow",
+                                                      "sin",      "cos",   "div_n",    "expf",
+                                                      "sigmoidf", "siluf", "softplusf"};
     for (int fn = 0; fn < MEMRA_XM_COUNT; fn++) {
         for (size_t i = 0; i < n; i++) {
             x[i] = xm_input(fn, i, &r, &y[i]);
