@@ -13,7 +13,7 @@
 #            (memra-gpu-tests' bandwidth table, MEMRA_GPU_BENCH_ONLY=1; .carry/cudabackend
 #            carried too). HMMA_ARGS=--quick leaves out the LM head.
 #   gdn      bench/gdn_probe.cu (mmvq-notes, session 25): where one gdn_step launch's time
-#            goes, by timestamps at eight marks of the kernel (9b shapes, b = 1..16, after a
+#            goes, by timestamps at ten marks of the kernel (9b shapes, b = 1..16, after a
 #            previous kernel that releases it early as the tick's mmvq does). GDN_ARGS passed on.
 #
 #   bench/device-probe.sh carry            HERE: nvcc the three into .carry/probe/ (CUDA

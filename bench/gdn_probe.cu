@@ -247,22 +247,8 @@ void run_cfg(const probe_cfg &c, int iters, double spin_us, cudaStream_t s, int 
     a.b = b;
     a.eps = 1e-6f;
     a.split = c.split;
-    /* the grid the launcher picks (gdn_step.cu memra_gdn_step_cuda), for the table */
-    const bool large = (long)Hv * b > 2L * sms;
-    int split = 1;
-    for (int sp = 4; !large && sp > 1 && split == 1; sp /= 2)
-        if (2 * sp <= 8 && (dv / 32) % sp == 0 && (long)Hv * b * sp <= sms)
-            split = sp;
-    if (c.split > 0)
-        split = c.split;
-    const int ncta = Hv * split * b;
-    out.grid = ncta;
-    out.cluster = (Hv / Hk) * split;
-    if (ncta > MEMRA_GDN_PROBE_CTAS) {
-        fprintf(stderr, "gdn-probe: %d CTAs exceed the probe's %d\n", ncta, MEMRA_GDN_PROBE_CTAS);
-        exit(1);
-    }
-    std::vector<unsigned long long> st((size_t)ncta * MEMRA_GDN_PROBE_MARKS * 2);
+    int ncta = 0;
+    std::vector<unsigned long long> st;
     cudaLaunchConfig_t pc = {};
     cudaLaunchAttribute pa[1];
     pa[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -282,6 +268,19 @@ void run_cfg(const probe_cfg &c, int iters, double spin_us, cudaStream_t s, int 
             exit(1);
         }
         CK(cudaStreamSynchronize(s));
+        if (it == -3) { /* the grid the launcher chose, as the kernel saw it */
+            unsigned shape[2];
+            CK(cudaMemcpyFromSymbol(shape, g_gdn_probe_shape, sizeof shape));
+            ncta = (int)shape[0];
+            out.grid = ncta;
+            out.cluster = (int)shape[1];
+            if (ncta > MEMRA_GDN_PROBE_CTAS) {
+                fprintf(stderr, "gdn-probe: %d CTAs exceed the probe's %d\n", ncta,
+                        MEMRA_GDN_PROBE_CTAS);
+                exit(1);
+            }
+            st.resize((size_t)ncta * MEMRA_GDN_PROBE_MARKS * 2);
+        }
         if (it < 0)
             continue; /* warm-up: code, TLB, L2 */
         unsigned long long pend = 0;

@@ -60,11 +60,18 @@ namespace cg = cooperative_groups;
 #define MEMRA_GDN_PROBE_CTAS 8192
 #define MEMRA_GDN_PROBE_MARKS 10
 __device__ unsigned long long g_gdn_probe[MEMRA_GDN_PROBE_CTAS][MEMRA_GDN_PROBE_MARKS][2];
+__device__ unsigned g_gdn_probe_shape[2]; /* the launch's CTAs and cluster size (CTA 0, mark 0) */
 __device__ __forceinline__ void gdn_mark(int i)
 {
     const unsigned cta = blockIdx.x + blockIdx.y * gridDim.x;
     if (threadIdx.x != 0 || cta >= MEMRA_GDN_PROBE_CTAS)
         return;
+    if (cta == 0 && i == 0) {
+        unsigned ncl;
+        asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(ncl));
+        g_gdn_probe_shape[0] = gridDim.x * gridDim.y;
+        g_gdn_probe_shape[1] = ncl;
+    }
     unsigned long long t, c;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
     asm volatile("mov.u64 %0, %%clock64;" : "=l"(c)::"memory");
