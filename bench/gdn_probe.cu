@@ -7,16 +7,15 @@
  * It compiles kernels/gdn_step.cu itself with MEMRA_GDN_PROBE, so thread 0 of every fast CTA
  * stamps %globaltimer and clock64 at ten marks (kernels/gdn_step.cu GDN_MARK):
  *   0 entry, 1 first state rows issued (before the PDL wait), 2 after the wait,
- *   3 thread 0's conv items done, 4 q_a, k_a whole in the CTA (DSMEM push, cluster barrier),
- *   5 L2 norms done, 6 delta rule done (warp 0's tasks), 7 o_h whole (cluster barrier),
- *   8 the gated norm's scale, 9 gate, q8_1 output and conv shifts done.
- * Each launch follows a "previous kernel" as in the tick: a grid of one CTA per SM that
- * waits, releases its dependents (griddepcontrol.launch_dependents, as the mmvq before
- * gdn_step does) and spins for --spin us, then records its end; so gdn_step's CTAs are
- * resident and load their first rows while it runs, and "resume" below is the time from the
- * previous grid's last CTA ending to a gdn_step CTA passing its wait.
- * Shapes: the 9b preset's (Hk 16, Hv 32, dk = dv = 128, conv 4) at b = 1, 2, 4, 8, 16, and b = 1
- * with the split forced to 2 and 1 (memra_gdn_step_cuda_tune). Inputs are pseudo-random:
+ *   3 thread 0's conv items done, 4 q_a, k_a whole in the CTA (st.async push, mbarrier),
+ *   5 L2 norms done, 6 delta rule done (warp 0's tasks), 7 o_h whole (mbarrier; LQK: cluster
+ * barrier), 8 the gated norm's scale, 9 gate, q8_1 output and conv shifts done. Each launch follows
+ * a "previous kernel" as in the tick: a grid of one CTA per SM that waits, releases its dependents
+ * (griddepcontrol.launch_dependents, as the mmvq before gdn_step does) and spins for --spin us,
+ * then records its end; so gdn_step's CTAs are resident and load their first rows while it runs,
+ * and "resume" below is the time from the previous grid's last CTA ending to a gdn_step CTA passing
+ * its wait. Shapes: the 9b preset's (Hk 16, Hv 32, dk = dv = 128, conv 4) at b = 1, 2, 4, 8, 16,
+ * and b = 1 with the split forced to 2 and 1 (memra_gdn_step_cuda_tune). Inputs are pseudo-random:
  * the arithmetic's speed does not depend on the values.
  * Output: one line per configuration, medians over launches x CTAs (ns by %globaltimer;
  * the effective SM clock and the timer's step are printed first).
@@ -192,7 +191,8 @@ constexpr int NPH = MEMRA_GDN_PROBE_MARKS - 1, LAST = MEMRA_GDN_PROBE_MARKS - 1;
 
 struct probe_out {
     int grid, cluster;
-    std::vector<double> entry, resume, span, first_entry, ph[NPH], cyc[NPH];
+    std::vector<double> entry, resume, span, first_entry, last_entry, last_resume, ph[NPH],
+        cyc[NPH];
     double timer_step = 1e30, cycles = 0.0, ns = 0.0;
 };
 
@@ -292,10 +292,12 @@ void run_cfg(const probe_cfg &c, int iters, double spin_us, cudaStream_t s, int 
         auto C = [&](int cta, int mk) {
             return (double)st[((size_t)cta * MEMRA_GDN_PROBE_MARKS + mk) * 2 + 1];
         };
-        double last = 0.0, first = 1e300;
+        double last = 0.0, first = 1e300, lent = -1e300, lres = -1e300;
         for (int x = 0; x < ncta; x++) {
             out.entry.push_back(T(x, 0) - (double)pend);
             out.resume.push_back(T(x, 2) - (double)pend);
+            lent = std::max(lent, T(x, 0) - (double)pend);
+            lres = std::max(lres, T(x, 2) - (double)pend);
             for (int k = 0; k < NPH; k++) {
                 const double dt = T(x, k + 1) - T(x, k);
                 out.ph[k].push_back(dt);
@@ -310,6 +312,8 @@ void run_cfg(const probe_cfg &c, int iters, double spin_us, cudaStream_t s, int 
         }
         out.span.push_back(last - (double)pend);
         out.first_entry.push_back(first - (double)pend);
+        out.last_entry.push_back(lent);
+        out.last_resume.push_back(lres);
     }
     memra_gdn_step_cuda_tune(0, -1);
 }
@@ -349,9 +353,10 @@ int main(int argc, char **argv)
     const probe_cfg cfgs[] = {{1, 0}, {1, 2}, {1, 1}, {2, 0}, {4, 0}, {8, 0}, {16, 0}};
     printf("medians over launches x CTAs, ns (%%globaltimer); entry / resume / span from the "
            "previous grid's end\n");
-    printf("%-10s %5s %3s | %7s %7s %7s | %6s %6s %6s %6s %6s %6s %6s %6s %6s | %7s %7s\n",
+    printf("%-10s %5s %3s | %7s %7s %7s | %6s %6s %6s %6s %6s %6s %6s %6s %6s | %7s %7s | %7s "
+           "%7s\n",
            "config", "grid", "cl", "1stent", "entry", "resume", "issue", "wait", "conv", "qk", "l2",
-           "delta", "o", "gnorm", "out", "span", "p90");
+           "delta", "o", "gnorm", "out", "span", "p90", "lastent", "lastres");
     for (const probe_cfg &c : cfgs) {
         memra_gdn_step_cuda_tune(c.split, -1);
         probe_out o;
@@ -363,7 +368,8 @@ int main(int argc, char **argv)
                median(o.first_entry), median(o.entry), median(o.resume));
         for (int k = 0; k < NPH; k++)
             printf(" %6.0f", median(o.ph[k]));
-        printf(" | %7.0f %7.0f\n", median(o.span), pct(o.span, 0.9));
+        printf(" | %7.0f %7.0f | %7.0f %7.0f\n", median(o.span), pct(o.span, 0.9),
+               median(o.last_entry), median(o.last_resume));
         printf("%-10s %5s %3s | %7s %7s %7s |", "  cycles", "", "", "", "", "");
         for (int k = 0; k < NPH; k++)
             printf(" %6.0f", median(o.cyc[k]));
@@ -371,9 +377,10 @@ int main(int argc, char **argv)
                o.timer_step);
     }
     printf("columns: issue = entry -> first rows issued; wait = -> past the PDL wait; conv = "
-           "thread 0's conv items; qk = -> q/k whole (DSMEM push, barrier); l2 = L2 norms; delta = "
+           "thread 0's conv items; qk = -> q/k whole (st.async push, mbarrier wait); l2 = L2 "
+           "norms; delta = "
            "delta rule (warp 0); o = o_h exchange; gnorm = the gated norm's scale; out = gate, "
-           "q8_1, shifts\n");
+           "q8_1, shifts; lastent / lastres = the launch's latest CTA entry / resume\n");
     CK(cudaStreamDestroy(s));
     return 0;
 }

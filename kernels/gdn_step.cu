@@ -14,7 +14,9 @@
  * r * split, rank mi * split + sp. Conv step, small grids (8-warp CTAs): every conv channel
  * has exactly one reader in the grid, which shifts it when reading it: each CTA
  * computes an even share of q_a, k_a's channels and pushes the values into every CTA of the
- * cluster (distributed shared memory), and the v channels of its own rows. Large grids
+ * cluster (distributed shared memory: st.async, each word counted on the receiver's mbarrier,
+ * which its threads wait on; no cluster barrier round trip), and the v channels of its own
+ * rows. Large grids
  * (4-warp CTAs, LQK): each CTA computes every channel of q_a, k_a itself (no push, one
  * cluster barrier round less before the L2 norms) and shifts its share at its end, once
  * every CTA of the cluster has read them. A conv item's sum over the K - 1 old samples (and
@@ -29,12 +31,15 @@
  * while it computes the current one); per row
  *   s *= lambda;  r = sum_i s_i k_i;  delta = beta (v_j - r);  s += k delta;  o_j = sum_i s_i q_i
  * with each sum the lane partial (increasing i) followed by the xor butterfly. Rows are written
- * back in place. o_j goes into the shared memory of every CTA of head h, so each forms the gated
+ * back in place. o_j goes into the shared memory of every CTA of head h (pushing kernels: by
+ * st.async on the receiver's second mbarrier; LQK: plain DSMEM stores), so each forms the gated
  * norm's sum of squares over all dv outputs in the dv lane layout (lane l: j = l, l + 32, ...;
  * the same bits everywhere), and quantizes its own rows' q8_1 blocks. Cluster barrier phases:
- * 0 (arrived at entry) every CTA runs before the first push; 1 q_a, k_a whole (LQK: every
- * CTA has read its conv inputs and runs: waited after the delta rule, before o pushes and
- * shifts); 2 (split > 1) o_h whole, after which no CTA touches another's shared memory.
+ * 0 (pushing kernels; arrived at entry once the mbarriers are set) every CTA runs before the
+ * first push; LQK: 1 every CTA has read its conv inputs and runs (waited after the delta
+ * rule, before o pushes and shifts), 2 (split > 1) o_h whole, after which no CTA touches
+ * another's shared memory. A pushing CTA has no DSMEM access after its mbarriers complete:
+ * every push into it has landed, none comes later.
  * Generic kernel (every other shape): one CTA (8 warps) per row walks the value heads in order;
  * warp w updates state rows j = w, w + 8, ... with the same lane layout (lane l: i = 128 m + 4 l
  * + c, scalar loads) and butterflies; warps 0 / 1 L2-normalise q / k. It stages the row's
@@ -45,12 +50,14 @@
  * that depends on b, blockDim or the SM count.
  */
 #include <cooperative_groups.h>
+#include <cuda/ptx>
 
 #include "cuda_common.cuh"
 #include "cuda_ops.h"
 #include "gdn_canon.h"
 
 namespace cg = cooperative_groups;
+namespace ptx = cuda::ptx;
 
 #ifdef MEMRA_GDN_PROBE
 /* bench/gdn_probe.cu only (never in the engine's build): thread 0 of each fast CTA stamps
@@ -122,6 +129,22 @@ __device__ __forceinline__ double bfly_f64(double v)
     for (int o = 16; o >= 1; o >>= 1)
         v = __dadd_rn(v, __shfl_xor_sync(FULL_MASK, v, o));
     return v;
+}
+
+/* v into the shared word p of cluster CTA d by st.async, its 4 bytes counted on d's mbarrier
+ * `bar` (the same shared offset there): no barrier round trip, the reader waits on its own. */
+__device__ __forceinline__ void push_async(float *p, float v, uint64_t *bar, int d)
+{
+    cg::cluster_group cl = cg::this_cluster();
+    ptx::st_async(cl.map_shared_rank(p, d), v, cl.map_shared_rank(bar, d));
+}
+
+/* Until the mbarrier's first phase completes (every byte it expects has landed); acquire at
+ * cluster scope makes the st.async data visible to this thread. */
+__device__ __forceinline__ void mbar_wait(uint64_t *bar)
+{
+    while (!ptx::mbarrier_try_wait_parity(ptx::sem_acquire, ptx::scope_cluster, bar, 0u)) {
+    }
 }
 
 /* acc + x^2 in f64 (the square is exact). */
@@ -301,12 +324,28 @@ __global__ void __launch_bounds__(W * 32, W == kFastWarpsLarge ? 4 : 2)
     /* cluster rank cr = mi * split + sp: value head mi of key head ka, row part sp */
     const int cr = g.cs > 1 ? (int)cg::this_cluster().block_rank() : 0;
     const int ka = blockIdx.x / g.cs, mi = cr / g.split, sp = cr % g.split, b = blockIdx.y;
-    const int dv = a.head_v_dim, rows = dv / g.split, j_lo = sp * rows, ntask = rows / G;
     const int h = a.head_map == MEMRA_GDN_HEADS_TILED ? ka + mi * a.n_k_head : ka * g.r + mi;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     GDN_MARK(0);
-    if (!LQK &&
-        g.cs > 1) /* phase 0 of the cluster barrier: this CTA runs, its shared memory exists */
+    /* The push exchanges (not LQK, a cluster): each CTA's mbarriers count the bytes the
+     * cluster's other CTAs st.async into it, mb[0] q_a, k_a's shares (all but its own nqk
+     * channels), mb[1] o_h's rows of the head's other CTAs (split > 1); both are set up before
+     * phase 0, so no push reaches one before its count. */
+    __shared__ alignas(8) uint64_t mb[2];
+    const bool push = !LQK && g.cs > 1;
+    const int chunk = (2 * DK + g.cs - 1) / g.cs, qk0 = min(2 * DK, cr * chunk);
+    const int nqk = min(2 * DK, qk0 + chunk) - qk0;
+    const int dv = a.head_v_dim, rows = dv / g.split, j_lo = sp * rows, ntask = rows / G;
+    if (push && tid == 0) {
+        ptx::mbarrier_init(&mb[0], 1);
+        ptx::mbarrier_init(&mb[1], 1);
+        ptx::mbarrier_arrive_expect_tx(ptx::sem_release, ptx::scope_cta, ptx::space_shared, &mb[0],
+                                       (uint32_t)sizeof(float) * (uint32_t)(2 * DK - nqk));
+        ptx::mbarrier_arrive_expect_tx(ptx::sem_release, ptx::scope_cta, ptx::space_shared, &mb[1],
+                                       (uint32_t)sizeof(float) * (uint32_t)(dv - rows));
+        ptx::fence_mbarrier_init(ptx::sem_release, ptx::scope_cluster);
+    }
+    if (push) /* phase 0 of the cluster barrier: this CTA runs, its mbarriers are set */
         __cluster_barrier_arrive_relaxed();
     /* The warp's first task loads before the wait. S is this op's own state, last written a
      * tick ago (every kernel before the previous one has completed once this one runs: the
@@ -333,8 +372,6 @@ __global__ void __launch_bounds__(W * 32, W == kFastWarpsLarge ? 4 : 2)
      * share and its v channels: without LQK right after reading them (each has this one
      * reader in the grid), with LQK the share at the kernel's end, once every CTA of the
      * cluster has read it (phase 1). */
-    const int chunk = (2 * DK + g.cs - 1) / g.cs, qk0 = min(2 * DK, cr * chunk);
-    const int nqk = min(2 * DK, qk0 + chunk) - qk0;
     const int c0 = LQK ? 0 : qk0, nc = LQK ? 2 * DK : nqk, items = nc + rows;
     /* Before the wait, the part of each item that reads only the conv state and the weights
      * (its sum over the K - 1 old samples, kept in the item's slot of uqk / uv, and the old
@@ -397,15 +434,14 @@ __global__ void __launch_bounds__(W * 32, W == kFastWarpsLarge ? 4 : 2)
     } else if (rt - 2 < rows) {
         s_gz[j_lo + rt - 2] = memra_x_siluf(chain_x);
     }
-    if (!LQK && g.cs > 1) {
-        cg::cluster_group cl = cg::this_cluster();
-        __cluster_barrier_wait(); /* phase 0: every CTA of the cluster runs */
+    if (push) {
+        __cluster_barrier_wait(); /* phase 0: every CTA of the cluster runs, mbarriers set */
         for (int t = tid; t < nqk; t += NT) /* this thread's own values: no CTA barrier needed */
             for (int d = 0; d < g.cs; d++)
                 if (d != cr)
-                    *cl.map_shared_rank(&uqk[qk0 + t], d) = uqk[qk0 + t];
-        __cluster_barrier_arrive(); /* phase 1: release the pushes ... */
-        __cluster_barrier_wait();   /* ... acquire everyone's: uqk is whole in every CTA */
+                    push_async(&uqk[qk0 + t], uqk[qk0 + t], &mb[0], d);
+        __syncthreads();   /* this CTA's own share (and s_lb, s_gz) */
+        mbar_wait(&mb[0]); /* the others': uqk is whole */
     } else {
         __syncthreads();
     }
@@ -449,11 +485,11 @@ __global__ void __launch_bounds__(W * 32, W == kFastWarpsLarge ? 4 : 2)
             load_rows<VEC, G>(St, jb, cur);
         const float o = delta_rows<VEC, G>(St, jb, k, q, uv, lambda, beta, cur);
         if (lane < G) {
+            so[jb + lane] = o;
             if (!LQK && g.split > 1) /* every CTA of head h gets the whole o_h */
                 for (int d = 0; d < g.split; d++)
-                    *cg::this_cluster().map_shared_rank(&so[jb + lane], mi * g.split + d) = o;
-            else
-                so[jb + lane] = o;
+                    if (d != sp)
+                        push_async(&so[jb + lane], o, &mb[1], mi * g.split + d);
         }
         if (more)
 #pragma unroll
@@ -474,11 +510,14 @@ __global__ void __launch_bounds__(W * 32, W == kFastWarpsLarge ? 4 : 2)
                         *cg::this_cluster().map_shared_rank(&so[j_lo + G * grp + lane],
                                                             mi * g.split + d) =
                             so[j_lo + G * grp + lane];
-    if (g.split > 1) { /* phase 2: o_h whole in every CTA of head h; no DSMEM access after it */
+    if (LQK && g.split > 1) { /* phase 2: o_h whole in every CTA of head h; no DSMEM access
+                               * after it */
         __cluster_barrier_arrive();
         __cluster_barrier_wait();
     } else {
-        __syncthreads();
+        __syncthreads(); /* this CTA's own rows of o_h */
+        if (push && g.split > 1)
+            mbar_wait(&mb[1]); /* the head's other CTAs' rows (no push reaches this CTA after) */
     }
     GDN_MARK(7);
     /* gated norm: dv lane layout (lane l: j = l, l + 32, ...), every warp of every CTA of the
