@@ -6,12 +6,15 @@
 # tree's .carry/bench against the variant, interleaved, HOSTAB_ROUNDS x HOSTAB_ARGS), then
 # each of EXTRA_ARGS (a ';'-separated list of memra-bench option sets, run on the tree's build
 # after the A/B, e.g. "--gdn-split 1;--gdn-split 2"). Everything goes to $OUT as at most 8
-# files: summary.txt (the tables), ops-alt.log, hostab.txt, all.tgz (the rest).
+# files: summary.txt (the tables), probes.txt, ops-alt.log, hostab.txt, all.tgz (the rest).
 #   HERE:  apply the patch, build memra-bench (build-bench) and memra-gpu-ops-tests
 #          (build-cudabackend), copy .carry/bench to .carry/bench-alt and strip both binaries
 #          into .carry/bench-alt/bin, revert, rebuild (bench/results/mmvq-notes.md, session 24)
 #   THERE: VARIANT_CASE=gdn_step bench/device-variant.sh  (carry .carry/bench .carry/bench-alt
 #          .carry/cudabackend, or no .carry/cudabackend when bench-alt/lib holds the test's libraries)
+#   bench/variant-carry.sh PATCH [PATCH2] does HERE's part from clean worktrees of HEAD (base,
+#   bench-alt, bench-alt2 and each one's gdn_probe); VARIANT_PROBES (e.g. "gdn-probe-base
+#   gdn-probe-alt") runs those probes THERE first, into probes.txt and the summary.
 set -u
 cd "$(dirname "$0")/.." || exit 1
 root=$PWD
@@ -24,6 +27,14 @@ lib=$root/.carry/cudabackend/lib
 [ -d "$lib" ] || lib=$root/.carry/bench-alt/lib
 export LD_LIBRARY_PATH=$lib:/usr/local/cuda/lib64
 export XDG_CACHE_HOME=/tmp/memra-cache
+for p in ${VARIANT_PROBES:-}; do # gdn_probe builds (bench/variant-carry.sh), GDN_ARGS passed on
+  {
+    echo "== $p"
+    # shellcheck disable=SC2086 # GDN_ARGS: flags or none
+    timeout 60 "$root/.carry/probe/$p" ${GDN_ARGS:-} 2>&1
+    echo "$p: rc=$?"
+  } >>"$out/probes.txt"
+done
 if [ -n "${VARIANT_CASE:-}" ]; then # every variant build of HOSTAB_BUILDS that has the test
   : >"$out/ops-alt.log"
   for b in ${HOSTAB_BUILDS:-bench-alt}; do
@@ -47,6 +58,7 @@ for args in "${extra[@]}"; do
   echo "extra $n ($args): rc=$?" >>"$work/extra.txt"
 done
 {
+  [ -f "$out/probes.txt" ] && grep -a -v -E "^(gdn-probe:|medians|columns|  cycles)" "$out/probes.txt"
   grep -a -E "Checks:|rc=" "$out/ops-alt.log" 2>/dev/null
   tail -n 30 "$out/hostab.txt"
   for i in $(seq 1 "$n"); do

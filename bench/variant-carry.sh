@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# variant-carry.sh — HERE: every build an in-tick A/B of kernel variants carries, from clean
+# worktrees, in one command (bench/device-variant.sh runs them THERE):
+#
+#   bench/variant-carry.sh PATCH [PATCH2]
+#
+#   .carry/bench       HEAD (committed state only: this tree's uncommitted changes are in no
+#                      build) — memra-bench, memra-forge and their libraries
+#   .carry/bench-alt   HEAD + PATCH, the same plus memra-gpu-ops-tests (the variant's op tests
+#                      run there against the CPU) and libsubunit
+#   .carry/bench-alt2  HEAD + PATCH2, likewise (only with PATCH2)
+#   .carry/probe/gdn-probe-{base,alt,alt2}
+#                      bench/gdn_probe.cu of each (gdn_step.cu with the probe's marks)
+#
+# PATCH: anything `git apply` takes (bench/variants/*.diff: their description before the
+# diff is skipped). The worktrees live under VARIANT_WT (default /tmp/memra-variant) and stay
+# there (the paths baked into each memra-bench; device-hostab.sh links them to the carried
+# tree THERE). Then, THERE, with the four folders carried (64 MiB in all; ~55 with two
+# variants):
+#   VARIANT_PROBES="gdn-probe-base gdn-probe-alt gdn-probe-alt2" VARIANT_CASE=gdn_step \
+#   HOSTAB_BUILDS="bench bench-alt bench-alt2" HOSTAB_ARGS="--tiers 1,2,4,8,16 --depths 1024 \
+#   --ticks 50 --prefill synthetic --no-eager" bench/device-variant.sh
+set -eu
+cd "$(dirname "$0")/.."
+root=$PWD
+if [ $# -lt 1 ] || [ $# -gt 2 ]; then
+  echo "usage: bench/variant-carry.sh PATCH [PATCH2]" >&2
+  exit 2
+fi
+for p in "$@"; do
+  [ -f "$p" ] || { echo "variant-carry: no patch $p" >&2; exit 2; }
+done
+wt=${VARIANT_WT:-/tmp/memra-variant}
+mkdir -p "$wt" "$root/.carry/probe"
+sub=/usr/lib/x86_64-linux-gnu/libsubunit.so.0 # memra-gpu-ops-tests' one library beyond bench's
+
+# build NAME CARRY [PATCH]: a worktree of HEAD (+ PATCH) built into .carry/CARRY
+build() {
+  local name=$1 carry=$2 patch=${3:-} dir=$wt/$1
+  git -C "$root" worktree remove --force "$dir" 2>/dev/null || rm -rf "$dir"
+  git -C "$root" worktree add --detach "$dir" HEAD >/dev/null
+  if [ -n "$patch" ]; then
+    git -C "$dir" apply "$(realpath "$patch")"
+  fi
+  (cd "$dir" && bench/device-bench.sh carry >/dev/null)
+  rm -rf "$root/.carry/$carry"
+  mv "$dir/.carry/bench" "$root/.carry/$carry"
+  if [ -n "$patch" ]; then
+    cmake --build "$dir/build-bench" -j2 --target memra-gpu-ops-tests >/dev/null
+    strip --strip-debug -o "$root/.carry/$carry/bin/memra-gpu-ops-tests" \
+      "$dir/build-bench/memra-gpu-ops-tests"
+    cp "$sub" "$root/.carry/$carry/lib/"
+  fi
+  # the kernels' exact-arithmetic flags, as bench/device-probe.sh carry builds it
+  (cd "$dir" && nvcc -O3 -arch=sm_90 -std=c++17 --fmad=false -prec-div=true -prec-sqrt=true \
+    -ftz=false -I. -Iinclude -Iruntime -Ikernels -o "$root/.carry/probe/gdn-probe-$name" \
+    bench/gdn_probe.cu kernels/cuda_common.cu)
+  echo "variant-carry: $name ($(git -C "$dir" rev-parse --short HEAD)${patch:+ + $patch}) -> .carry/$carry, .carry/probe/gdn-probe-$name"
+}
+
+build base bench
+build alt bench-alt "$1"
+if [ $# -eq 2 ]; then
+  build alt2 bench-alt2 "$2"
+else
+  rm -rf "$root/.carry/bench-alt2" "$root/.carry/probe/gdn-probe-alt2"
+fi
+du -sh "$root"/.carry/bench* "$root/.carry/probe"
