@@ -16,11 +16,10 @@
  * computes an even share of q_a, k_a's channels and pushes the values into every CTA of the
  * cluster (distributed shared memory: st.async, each word counted on the receiver's mbarrier,
  * which its threads wait on; no cluster barrier round trip), and the v channels of its own
- * rows. Large grids
- * (4-warp CTAs, LQK): each CTA computes every channel of q_a, k_a itself (no push, one
- * cluster barrier round less before the L2 norms) and shifts its share at its end, once
- * every CTA of the cluster has read them. A conv item's sum over the K - 1 old samples (and
- * its reader's old half of the shift) is formed before the PDL wait; after it only the new
+ * rows. Large grids (4-warp CTAs, LQK): each CTA computes every channel of q_a, k_a itself
+ * (no push, one cluster barrier round less before the L2 norms) and shifts its share at its
+ * end, once every CTA of the cluster has read them. A conv item's sum over the K - 1 old samples
+ * (and its reader's old half of the shift) is formed before the PDL wait; after it only the new
  * sample is read. Where the conv step leaves threads idle, lambda, beta and the gate's silu(z)
  * are formed by those meanwhile (bench/gdn_probe.cu times the chain). Lane l of every warp then
  * holds q_i, k_i for i = 4l..4l+3 (+128): exactly the canonical dk lane layout, so each warp forms
