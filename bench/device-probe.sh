@@ -16,8 +16,9 @@
 #            goes, by timestamps at ten marks of the kernel (9b shapes, b = 1..16, after a
 #            previous kernel that releases it early as the tick's mmvq does). GDN_ARGS passed on.
 #
-#   bench/device-probe.sh carry            HERE: nvcc the three into .carry/probe/ (CUDA
+#   bench/device-probe.sh carry            HERE: nvcc the four into .carry/probe/ (CUDA
 #                                          runtime linked statically: nothing else to carry)
+#   bench/device-probe.sh gdn-build OUT    HERE: gdn_probe alone, into OUT
 #   bench/device-probe.sh [pattern|launch|hmma|gdn]
 #                                          THERE, .carry/probe carried: prints the table
 #                                          (default pattern; TICKS=N ticks per launch variant)
@@ -28,10 +29,13 @@ if [ "${1:-}" = carry ]; then
   nvcc -O3 -arch=sm_90 -std=c++17 -o .carry/probe/pattern-probe bench/pattern_probe.cu
   nvcc -O3 -arch=sm_90 -std=c++17 -o .carry/probe/launch-probe bench/launch_probe.cu
   nvcc -O3 -arch=sm_90 -std=c++17 -I. -o .carry/probe/hmma-probe bench/hmma_probe.cu runtime/quant.c runtime/qtype.c
+  exec bench/device-probe.sh gdn-build .carry/probe/gdn-probe
+fi
+if [ "${1:-}" = gdn-build ]; then # HERE: gdn_probe alone into $2 (variant-carry.sh, test.sh)
+  [ $# -eq 2 ] || { echo "usage: bench/device-probe.sh gdn-build OUT" >&2; exit 2; }
   # the kernels' exact-arithmetic flags (cmake/cudakernels.cmake): the probe times their code
-  nvcc -O3 -arch=sm_90 -std=c++17 --fmad=false -prec-div=true -prec-sqrt=true -ftz=false \
-    -I. -Iinclude -Iruntime -Ikernels -o .carry/probe/gdn-probe bench/gdn_probe.cu kernels/cuda_common.cu
-  exit 0
+  exec nvcc -O3 -arch=sm_90 -std=c++17 --fmad=false -prec-div=true -prec-sqrt=true -ftz=false \
+    -I. -Iinclude -Iruntime -Ikernels -o "$2" bench/gdn_probe.cu kernels/cuda_common.cu
 fi
 case "${1:-pattern}" in
   pattern) timeout 120 .carry/probe/pattern-probe ;;
@@ -53,5 +57,5 @@ case "${1:-pattern}" in
     # shellcheck disable=SC2086 # GDN_ARGS: flags or none
     timeout "${GDN_LIMIT:-120}" .carry/probe/gdn-probe ${GDN_ARGS:-}
     ;;
-  *) echo "usage: bench/device-probe.sh [carry|pattern|launch|hmma|gdn]" >&2; exit 2 ;;
+  *) echo "usage: bench/device-probe.sh [carry|gdn-build OUT|pattern|launch|hmma|gdn]" >&2; exit 2 ;;
 esac

@@ -32,7 +32,6 @@ for p in "$@"; do
 done
 wt=${VARIANT_WT:-/tmp/memra-variant}
 mkdir -p "$wt" "$root/.carry/probe"
-sub=/usr/lib/x86_64-linux-gnu/libsubunit.so.0 # memra-gpu-ops-tests' one library beyond bench's
 
 # build NAME CARRY [PATCH]: a worktree of HEAD (+ PATCH) built into .carry/CARRY
 build() {
@@ -49,12 +48,10 @@ build() {
     cmake --build "$dir/build-bench" -j2 --target memra-gpu-ops-tests >/dev/null
     strip --strip-debug -o "$root/.carry/$carry/bin/memra-gpu-ops-tests" \
       "$dir/build-bench/memra-gpu-ops-tests"
-    cp "$sub" "$root/.carry/$carry/lib/"
+    /work/shared/tools/device-libs.sh "$root/.carry/$carry/lib" \
+      "$root/.carry/$carry/bin/memra-gpu-ops-tests" >/dev/null
   fi
-  # the kernels' exact-arithmetic flags, as bench/device-probe.sh carry builds it
-  (cd "$dir" && nvcc -O3 -arch=sm_90 -std=c++17 --fmad=false -prec-div=true -prec-sqrt=true \
-    -ftz=false -I. -Iinclude -Iruntime -Ikernels -o "$root/.carry/probe/gdn-probe-$name" \
-    bench/gdn_probe.cu kernels/cuda_common.cu)
+  (cd "$dir" && bench/device-probe.sh gdn-build "$root/.carry/probe/gdn-probe-$name")
   echo "variant-carry: $name ($(git -C "$dir" rev-parse --short HEAD)${patch:+ + $patch}) -> .carry/$carry, .carry/probe/gdn-probe-$name"
 }
 

@@ -33,7 +33,6 @@ if [ -f cmake/nvrtc.cmake ] && command -v nvcc >/dev/null 2>&1; then
   "$tmp/hmma-probe" --host-check
   # bench/gdn_probe.cu (gdn_step's chain timed mark by mark; runs on the GPU only): it compiles
   # kernels/gdn_step.cu with MEMRA_GDN_PROBE, so the marks cannot rot unbuilt
-  nvcc -O3 -arch=sm_90 -std=c++17 --fmad=false -prec-div=true -prec-sqrt=true -ftz=false \
-    -I. -Iinclude -Iruntime -Ikernels -o "$tmp/gdn-probe" bench/gdn_probe.cu kernels/cuda_common.cu
+  bench/device-probe.sh gdn-build "$tmp/gdn-probe"
   echo "gdn-probe: compiles"
 fi
