@@ -15,11 +15,15 @@
 #   gdn      bench/gdn_probe.cu (mmvq-notes, session 25): where one gdn_step launch's time
 #            goes, by timestamps at ten marks of the kernel (9b shapes, b = 1..16, after a
 #            previous kernel that releases it early as the tick's mmvq does). GDN_ARGS passed on.
+#   attn     bench/attn_probe.cu (mmvq-notes, session 27): the same for attn_decode's split and
+#            combine kernels (9b shapes, depth 1024 at b = 1..16, b = 1 at 8192 and 32768).
+#            ATTN_ARGS passed on.
 #
 #   bench/device-probe.sh carry            HERE: nvcc the four into .carry/probe/ (CUDA
 #                                          runtime linked statically: nothing else to carry)
 #   bench/device-probe.sh gdn-build OUT    HERE: gdn_probe alone, into OUT
-#   bench/device-probe.sh [pattern|launch|hmma|gdn]
+#   bench/device-probe.sh attn-build OUT   HERE: attn_probe alone, into OUT
+#   bench/device-probe.sh [pattern|launch|hmma|gdn|attn]
 #                                          THERE, .carry/probe carried: prints the table
 #                                          (default pattern; TICKS=N ticks per launch variant)
 set -eu
@@ -29,7 +33,13 @@ if [ "${1:-}" = carry ]; then
   nvcc -O3 -arch=sm_90 -std=c++17 -o .carry/probe/pattern-probe bench/pattern_probe.cu
   nvcc -O3 -arch=sm_90 -std=c++17 -o .carry/probe/launch-probe bench/launch_probe.cu
   nvcc -O3 -arch=sm_90 -std=c++17 -I. -o .carry/probe/hmma-probe bench/hmma_probe.cu runtime/quant.c runtime/qtype.c
+  bench/device-probe.sh attn-build .carry/probe/attn-probe
   exec bench/device-probe.sh gdn-build .carry/probe/gdn-probe
+fi
+if [ "${1:-}" = attn-build ]; then # HERE: attn_probe alone into $2 (carry, test.sh)
+  [ $# -eq 2 ] || { echo "usage: bench/device-probe.sh attn-build OUT" >&2; exit 2; }
+  exec nvcc -O3 -arch=sm_90 -std=c++17 --fmad=false -prec-div=true -prec-sqrt=true -ftz=false \
+    -I. -Iinclude -Iruntime -Ikernels -o "$2" bench/attn_probe.cu kernels/cuda_common.cu
 fi
 if [ "${1:-}" = gdn-build ]; then # HERE: gdn_probe alone into $2 (variant-carry.sh, test.sh)
   [ $# -eq 2 ] || { echo "usage: bench/device-probe.sh gdn-build OUT" >&2; exit 2; }
@@ -57,5 +67,9 @@ case "${1:-pattern}" in
     # shellcheck disable=SC2086 # GDN_ARGS: flags or none
     timeout "${GDN_LIMIT:-120}" .carry/probe/gdn-probe ${GDN_ARGS:-}
     ;;
-  *) echo "usage: bench/device-probe.sh [carry|gdn-build OUT|pattern|launch|hmma|gdn]" >&2; exit 2 ;;
+  attn)
+    # shellcheck disable=SC2086 # ATTN_ARGS: flags or none
+    timeout "${ATTN_LIMIT:-120}" .carry/probe/attn-probe ${ATTN_ARGS:-}
+    ;;
+  *) echo "usage: bench/device-probe.sh [carry|gdn-build OUT|attn-build OUT|pattern|launch|hmma|gdn|attn]" >&2; exit 2 ;;
 esac

@@ -35,26 +35,7 @@
 #include <cstring>
 #include <vector>
 
-#include "probe_check.cuh"
-
-__device__ unsigned long long g_prev_end;
-
-/* The previous kernel: wait for its predecessor, release the dependents, spin, stamp. */
-__global__ void __launch_bounds__(128) prev_kernel(unsigned long long ns)
-{
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-    asm volatile("griddepcontrol.launch_dependents;");
-    unsigned long long t0, t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-    do
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    while (t - t0 < ns);
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-        atomicMax(&g_prev_end, t);
-    }
-}
+#include "probe_timeline.cuh"
 
 /* --chains: the latency of the scalar functions on gdn_step's and the norms' critical paths,
  * one thread, each call's input the previous call's output (cycles per call, clock64). */
@@ -146,47 +127,6 @@ struct probe_cfg {
     int b, split; /* split 0: the launcher's choice */
 };
 
-struct dev_buf {
-    std::vector<void *> all;
-    template <typename T> T *get(size_t n)
-    {
-        void *p = nullptr;
-        CK(cudaMalloc(&p, n * sizeof(T)));
-        all.push_back(p);
-        return (T *)p;
-    }
-    void fill(float *d, size_t n, float lo, float hi, unsigned &seed)
-    {
-        std::vector<float> h(n);
-        for (auto &x : h) {
-            seed = seed * 1664525u + 1013904223u;
-            x = lo + (hi - lo) * (float)(seed >> 8) * (1.0f / 16777216.0f);
-        }
-        CK(cudaMemcpy(d, h.data(), n * sizeof(float), cudaMemcpyHostToDevice));
-    }
-    ~dev_buf()
-    {
-        for (void *p : all)
-            cudaFree(p);
-    }
-};
-
-double median(std::vector<double> v)
-{
-    if (v.empty())
-        return 0.0;
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-}
-
-double pct(std::vector<double> v, double p)
-{
-    if (v.empty())
-        return 0.0;
-    std::sort(v.begin(), v.end());
-    return v[std::min(v.size() - 1, (size_t)(p * (double)v.size()))];
-}
-
 constexpr int NPH = MEMRA_GDN_PROBE_MARKS - 1, LAST = MEMRA_GDN_PROBE_MARKS - 1;
 
 struct probe_out {
@@ -249,20 +189,8 @@ void run_cfg(const probe_cfg &c, int iters, double spin_us, cudaStream_t s, int 
     a.split = c.split;
     int ncta = 0;
     std::vector<unsigned long long> st;
-    cudaLaunchConfig_t pc = {};
-    cudaLaunchAttribute pa[1];
-    pa[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    pa[0].val.programmaticStreamSerializationAllowed = 1;
-    pc.gridDim = dim3(sms);
-    pc.blockDim = dim3(128);
-    pc.stream = s;
-    pc.attrs = pa;
-    pc.numAttrs = 1;
-    const unsigned long long spin_ns = (unsigned long long)(spin_us * 1000.0);
     for (int it = -3; it < iters; it++) {
-        const unsigned long long zero = 0;
-        CK(cudaMemcpyToSymbolAsync(g_prev_end, &zero, sizeof zero, 0, cudaMemcpyHostToDevice, s));
-        CK(cudaLaunchKernelEx(&pc, prev_kernel, spin_ns));
+        launch_prev(s, sms, spin_us);
         if (memra_gdn_step_cuda(&a, s) != MEMRA_OK) {
             fprintf(stderr, "gdn-probe: gdn_step: %s\n", memra_cuda_ops_error());
             exit(1);
@@ -324,27 +252,12 @@ int main(int argc, char **argv)
 {
     int iters = 50, chains = 0;
     double spin_us = 20.0;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--chains"))
-            chains = 1;
-        else if (!strcmp(argv[i], "--iters") && i + 1 < argc)
-            iters = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--spin") && i + 1 < argc)
-            spin_us = atof(argv[++i]);
-        else {
-            fprintf(stderr, "usage: gdn-probe [--iters N] [--spin US] [--chains]\n");
-            return 2;
-        }
-    }
-    if (iters < 1 || spin_us < 0.0) {
-        fprintf(stderr, "gdn-probe: --iters >= 1, --spin >= 0\n");
+    if (probe_options(argc, argv, "gdn-probe", &iters, &spin_us, "--chains", &chains))
         return 2;
-    }
     cudaDeviceProp p;
-    CK(cudaGetDeviceProperties(&p, 0));
-    const int sms = memra_cuda_sm_count();
     cudaStream_t s;
-    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    probe_device(&p, &s);
+    const int sms = memra_cuda_sm_count();
     printf("gdn-probe: %s, %d SMs; 9b gdn_step (Hk 16, Hv 32, dk = dv = 128, conv 4), previous "
            "kernel spins %.1f us, %d launches per line\n",
            p.name, sms, spin_us, iters);

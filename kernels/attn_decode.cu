@@ -41,6 +41,35 @@
 #include "cuda_common.cuh"
 #include "cuda_ops.h"
 
+#ifdef MEMRA_ATTN_PROBE
+/* bench/attn_probe.cu only (never in the engine's build): thread 0 of each CTA stamps
+ * %globaltimer and clock64 at the split kernel's marks (ATTN_MARK: its first pass only) and at
+ * the combine kernel's (ATTN_CMARK), so the probe can say where a launch's time goes.
+ * "memory" keeps the stamps in program order with the loads and stores around them; a value a
+ * stamp must follow is named with ATTN_AFTER. */
+#define MEMRA_ATTN_PROBE_CTAS 8192
+#define MEMRA_ATTN_PROBE_MARKS 8
+__device__ unsigned long long g_attn_probe[2][MEMRA_ATTN_PROBE_CTAS][MEMRA_ATTN_PROBE_MARKS][2];
+__device__ __forceinline__ void attn_mark(int k, int i)
+{
+    const unsigned cta = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+    if (threadIdx.x != 0 || cta >= MEMRA_ATTN_PROBE_CTAS)
+        return;
+    unsigned long long t, c;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
+    asm volatile("mov.u64 %0, %%clock64;" : "=l"(c)::"memory");
+    g_attn_probe[k][cta][i][0] = t;
+    g_attn_probe[k][cta][i][1] = c;
+}
+#define ATTN_MARK(i) attn_mark(0, i)
+#define ATTN_CMARK(i) attn_mark(1, i)
+#define ATTN_AFTER(x) asm volatile("" ::"f"(x) : "memory")
+#else
+#define ATTN_MARK(i) ((void)0)
+#define ATTN_CMARK(i) ((void)0)
+#define ATTN_AFTER(x) ((void)0)
+#endif
+
 namespace {
 
 constexpr int kWarps = MEMRA_ATTN_WARPS;
@@ -368,6 +397,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     const int j = blockIdx.y, b = blockIdx.z;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, sub = lane / C::LPK, sl = lane % C::LPK;
     const int pf = PF ? a.prefetch_batches : 0;
+    ATTN_MARK(0);
     if (PF && pf > 0) {
         /* The row's length and cache bases are tick inputs, written before the graph's first
          * kernel, and every kernel before attn_prep has completed once this one runs: so the
@@ -381,7 +411,9 @@ __global__ void __launch_bounds__(kWarps * 32)
                                           (u64)a.n_head_kv * g.hb, t0, min(len, t0 + per), pf);
         }
     }
+    ATTN_MARK(1);
     pdl_wait_release();
+    ATTN_MARK(2);
     const int len = row_len(a, b);
     const int nsplit = len ? row_nsplit(len, a.max_split) : 0;
     /* splits x, x + gridDim.x, ... of the row (split_ctas): the same partials whichever CTA
@@ -408,7 +440,19 @@ __global__ void __launch_bounds__(kWarps * 32)
                     o[h][e] = 0.0f;
                 }
             }
+#ifdef MEMRA_ATTN_PROBE
+            const bool first = s == (int)blockIdx.x && g0 == 0;
+            ATTN_AFTER(q[0][0]);
+            if (first)
+                ATTN_MARK(3);
+#endif
             split_scan<DH, HG, KV, A8, PF>(a, kb, vb, tstride, t0, t1, pf, q, m, l, o);
+#ifdef MEMRA_ATTN_PROBE
+            ATTN_AFTER(o[0][0]);
+            ATTN_AFTER(l[0]);
+            if (first)
+                ATTN_MARK(4);
+#endif
 #pragma unroll
             for (int off = C::LPK; off < 32; off <<= 1)
 #pragma unroll
@@ -434,6 +478,10 @@ __global__ void __launch_bounds__(kWarps * 32)
                 }
             }
             __syncthreads();
+#ifdef MEMRA_ATTN_PROBE
+            if (first)
+                ATTN_MARK(5);
+#endif
             if (threadIdx.x < HG) { /* the warp weights of head h, once */
                 const int h = threadIdx.x;
                 float M = -INFINITY;
@@ -444,6 +492,10 @@ __global__ void __launch_bounds__(kWarps * 32)
                 sm_M[h] = M;
             }
             __syncthreads();
+#ifdef MEMRA_ATTN_PROBE
+            if (first)
+                ATTN_MARK(6);
+#endif
             for (int idx = threadIdx.x; idx < HG * DH; idx += kWarps * 32) {
                 const int h = idx / DH, d = idx % DH;
                 if (g0 + h >= g.group)
@@ -464,6 +516,7 @@ __global__ void __launch_bounds__(kWarps * 32)
             __syncthreads();
         }
     }
+    ATTN_MARK(7); /* a CTA without a split stamps 1, 2 and 7 only */
 }
 
 /* ------------------------------ split kernel (generic) ------------------------------- */
@@ -573,7 +626,9 @@ __global__ void __launch_bounds__(kCombineWarps * 32) attn_combine(memra_attn_de
 {
     const int b = blockIdx.y, lane = threadIdx.x & 31, dh = a.head_dim;
     const int nblk = a.n_head * dh / 32, blk = blockIdx.x * kCombineWarps + (threadIdx.x >> 5);
+    ATTN_CMARK(0);
     pdl_wait_release();
+    ATTN_CMARK(1);
     if (blk < nblk) {
         const int e = 32 * blk + lane, i = e / dh, d = e % dh;
         const int len = row_len(a, b);
@@ -599,6 +654,8 @@ __global__ void __launch_bounds__(kCombineWarps * 32) attn_combine(memra_attn_de
 #pragma unroll
                 for (int o = 16; o >= 1; o >>= 1)
                     M = fmaxf(M, __shfl_xor_sync(FULL_MASK, M, o));
+                ATTN_AFTER(M);
+                ATTN_CMARK(2);
                 for (int s0 = 0; s0 < nsplit; s0 += 32) {
                     const int sk = s0 + lane, n = min(32, nsplit - s0);
                     float lk = 0.0f, wk = 0.0f;
@@ -632,13 +689,19 @@ __global__ void __launch_bounds__(kCombineWarps * 32) attn_combine(memra_attn_de
                     O = __fadd_rn(O, __fmul_rn(ps[d], w));
                 }
             }
+            ATTN_AFTER(O);
+            ATTN_AFTER(L);
+            ATTN_CMARK(3);
             const float gate = a.qg[(size_t)b * (size_t)(2 * a.n_head * dh) + (size_t)(2 * i * dh + dh + d)];
             out = __fmul_rn(__fmul_rn(O, 1.0f / L), memra_x_sigmoidf(gate));
+            ATTN_AFTER(out);
+            ATTN_CMARK(4);
         }
         q8_1_quantize_warp(out, lane, (u8 *)a.y_q + ((size_t)b * (size_t)nblk + (size_t)blk) * Q8_1_BYTES);
         if (a.o)
             a.o[(size_t)b * (size_t)(a.n_head * dh) + (size_t)e] = out;
     }
+    ATTN_CMARK(5);
 }
 
 /* ------------------------------------- launch ---------------------------------------- */

@@ -35,4 +35,7 @@ if [ -f cmake/nvrtc.cmake ] && command -v nvcc >/dev/null 2>&1; then
   # kernels/gdn_step.cu with MEMRA_GDN_PROBE, so the marks cannot rot unbuilt
   bench/device-probe.sh gdn-build "$tmp/gdn-probe"
   echo "gdn-probe: compiles"
+  # bench/attn_probe.cu likewise (kernels/attn_decode.cu with MEMRA_ATTN_PROBE)
+  bench/device-probe.sh attn-build "$tmp/attn-probe"
+  echo "attn-probe: compiles"
 fi
