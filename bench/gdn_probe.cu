@@ -39,6 +39,15 @@
 
 /* --chains: the latency of the scalar functions on gdn_step's and the norms' critical paths,
  * one thread, each call's input the previous call's output (cycles per call, clock64). */
+/* 16 dependent double fmas (their latency, with one f32 -> f64 -> f32 round trip) */
+__device__ __forceinline__ double dfma16(double v)
+{
+#pragma unroll
+    for (int i = 0; i < 16; i++)
+        v = fma(v, 0.999999, 1e-9);
+    return v;
+}
+
 #define CHAIN_FN(name, expr)                                                                       \
     struct name {                                                                                  \
         __device__ __forceinline__ float operator()(float y, int n) const                          \
@@ -59,6 +68,12 @@ CHAIN_FN(ch_l2, memra_gdn_l2_scale((double)fabsf(y) + 1.0, 1e-6f))
 CHAIN_FN(ch_rms, memra_gdn_rms_scale((double)fabsf(y) + 1.0, n, 1e-6f))
 CHAIN_FN(ch_bfly64, (float)bfly_f64((double)y))
 CHAIN_FN(ch_bfly32, bfly_f32(y))
+/* the double operations those functions are made of */
+CHAIN_FN(ch_dfma16, (float)dfma16((double)y))
+CHAIN_FN(ch_f2f, (float)((double)y * 1.0000001))
+CHAIN_FN(ch_drint, (float)rint((double)y * 1.5))
+CHAIN_FN(ch_d2i, (float)(int)((double)y * 1.5))
+CHAIN_FN(ch_softplus, memra_x_softplusf(-fabsf(y)))
 #undef CHAIN_FN
 
 __device__ float g_chain_sink;
@@ -116,6 +131,11 @@ void run_chains()
         {"memra_gdn_rms_scale", chain_cycles<ch_rms>, 0},
         {"f64 butterfly (warp)", chain_cycles<ch_bfly64>, 1},
         {"f32 butterfly (warp)", chain_cycles<ch_bfly32>, 1},
+        {"memra_x_softplusf", chain_cycles<ch_softplus>, 0},
+        {"16 f64 fma + f2f pair", chain_cycles<ch_dfma16>, 0},
+        {"f2f pair + f64 mul", chain_cycles<ch_f2f>, 0},
+        {"f64 rint (+f2f, mul)", chain_cycles<ch_drint>, 0},
+        {"f64 -> int -> f32", chain_cycles<ch_d2i>, 0},
     };
     printf("scalar chains: cycles per dependent call, one thread (butterflies: one warp); best "
            "of 5 x 256 calls\n");

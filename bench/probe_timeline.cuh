@@ -36,9 +36,19 @@ __global__ void __launch_bounds__(128) prev_kernel(unsigned long long ns)
 }
 
 /* g_prev_end reset, then the previous kernel on s: one CTA per SM spinning spin_us, launched
- * with programmatic stream serialization so the measured kernel after it starts early. */
+ * with programmatic stream serialization so the measured kernel after it starts early. Its
+ * shared-memory carveout preference is 100 %, as the tick's B <= 2 mat-vecs set theirs
+ * (runtime/nvrtc.c). Why (a hypothesis, session 27): an SM configured for a smaller carveout
+ * than a new CTA needs must drain before it takes it; with the previous kernel at no
+ * preference, attention's split CTAs (16.6 KB of static shared memory) entered only after the
+ * previous grid had ended, while gdn_step's (13.3 KB) entered ~16 us before it. */
 static inline void launch_prev(cudaStream_t s, int sms, double spin_us)
 {
+    static bool carveout = false;
+    if (!carveout) {
+        CK(cudaFuncSetAttribute(prev_kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100));
+        carveout = true;
+    }
     cudaLaunchConfig_t pc = {};
     cudaLaunchAttribute pa[1];
     pa[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;

@@ -26,7 +26,8 @@
  *  2. attn_combine: one warp per q8_1 output block; each lane merges its element's partials
  *     in increasing s (split weights computed once per warp and shuffled when the block
  *     lies in one head), then out = O * (1 / L) * memra_x_sigmoidf(gate) and the shared
- *     warp quantizer. Launched with PDL, so its launch overlaps the split kernel's tail.
+ *     warp quantizer. Launched with PDL, so its launch overlaps the split kernel's tail; the
+ *     sigmoid of the gate (written before the split kernel) is formed before its PDL wait.
  * Row b reads only row b's q, gate, positions and cache; the float order depends only on
  * (len, max_split, head_dim, group), never on b. A row whose position is outside
  * [0, n_ctx), or whose cache bases are not 16-byte aligned, yields a zero output row
@@ -626,11 +627,19 @@ __global__ void __launch_bounds__(kCombineWarps * 32) attn_combine(memra_attn_de
 {
     const int b = blockIdx.y, lane = threadIdx.x & 31, dh = a.head_dim;
     const int nblk = a.n_head * dh / 32, blk = blockIdx.x * kCombineWarps + (threadIdx.x >> 5);
+    const int e = 32 * blk + lane, i = e / dh, d = e % dh;
     ATTN_CMARK(0);
+    /* sigmoid(gate) before the wait: the split kernel releases its dependents after its own
+     * wait, so every kernel before it (the q projection that wrote qg included) has completed
+     * once this one runs, and the split kernel does not write qg */
+    const float sg =
+        blk < nblk
+            ? memra_x_sigmoidf(
+                  a.qg[(size_t)b * (size_t)(2 * a.n_head * dh) + (size_t)(2 * i * dh + dh + d)])
+            : 0.0f;
     pdl_wait_release();
     ATTN_CMARK(1);
     if (blk < nblk) {
-        const int e = 32 * blk + lane, i = e / dh, d = e % dh;
         const int len = row_len(a, b);
         float out = 0.0f;
         if (len) {
@@ -692,8 +701,7 @@ __global__ void __launch_bounds__(kCombineWarps * 32) attn_combine(memra_attn_de
             ATTN_AFTER(O);
             ATTN_AFTER(L);
             ATTN_CMARK(3);
-            const float gate = a.qg[(size_t)b * (size_t)(2 * a.n_head * dh) + (size_t)(2 * i * dh + dh + d)];
-            out = __fmul_rn(__fmul_rn(O, 1.0f / L), memra_x_sigmoidf(gate));
+            out = __fmul_rn(__fmul_rn(O, 1.0f / L), sg);
             ATTN_AFTER(out);
             ATTN_CMARK(4);
         }

@@ -82,17 +82,40 @@ MEMRA_XM double memra_x_div_n(double x, int n)
     return x / (double)n;
 }
 
+/* e^x where x is NaN (x), above the overflow bound (inf) or below the underflow one (0):
+ * 1 and *r set; else 0. */
+MEMRA_XM int memra_x_exp_special(double x, double *r)
+{
+    if (x != x)
+        *r = x;
+    else if (x > 709.782712893384)
+        *r = 1.0 / 0.0;
+    else if (x < -745.1332191019412)
+        *r = 0.0;
+    else
+        return 0;
+    return 1;
+}
+
+/* p 2^k for e^x's k (|k| <= 1075): in two exact steps beyond 2^±1000, so a subnormal result
+ * is rounded once. */
+MEMRA_XM double memra_x_scale2(double p, int k)
+{
+    if (k > 1000)
+        return p * memra_x_pow2i(1000) * memra_x_pow2i(k - 1000);
+    if (k < -1000)
+        return p * memra_x_pow2i(-1000) * memra_x_pow2i(k + 1000);
+    return p * memra_x_pow2i(k);
+}
+
 /* e^x. Cody-Waite reduction x = k ln2 + r (|r| <= 0.35, ln2 in two parts, k ln2_hi exact),
  * Taylor polynomial of degree 13 in Horner form with fma, then scaling by 2^k in two exact
  * steps (so results in the subnormal range are rounded once, identically on both sides). */
 MEMRA_XM double memra_x_exp(double x)
 {
-    if (x != x)
-        return x;
-    if (x > 709.782712893384)
-        return 1.0 / 0.0;
-    if (x < -745.1332191019412)
-        return 0.0;
+    double sp;
+    if (memra_x_exp_special(x, &sp))
+        return sp;
     const double ln2_hi = 6.93147180369123816490e-01, ln2_lo = 1.90821492927058770002e-10;
     const double k = rint(x * 1.44269504088896338700e+00);
     double r = fma(-k, ln2_hi, x);
@@ -112,36 +135,26 @@ MEMRA_XM double memra_x_exp(double x)
     p = fma(p, r, 1.0);
     p = fma(p, r, 1.0);
     const int ki = (int)k;
-    if (ki > 1000)
-        return p * memra_x_pow2i(1000) * memra_x_pow2i(ki - 1000);
-    if (ki < -1000)
-        return p * memra_x_pow2i(-1000) * memra_x_pow2i(ki + 1000);
-    return p * memra_x_pow2i(ki);
+    return memra_x_scale2(p, ki);
 }
 
-/* ln x. x = m 2^e with m in [sqrt(1/2), sqrt(2)); s = (m - 1) / (m + 1);
- * ln m = 2 atanh s = s (2 + 2/3 s^2 + 2/5 s^4 + ... + 2/23 s^22) (|s| <= 0.1716). */
-MEMRA_XM double memra_x_log(double x)
+/* m in [sqrt(1/2), sqrt(2)) with x = m 2^(*e + e0), *e += e0, for a normal x > 0 (exact). */
+MEMRA_XM double memra_x_log_split(double x, int *e)
 {
-    if (x != x || x < 0.0)
-        return 0.0 / 0.0;
-    if (x == 0.0)
-        return -1.0 / 0.0;
-    if (x == 1.0 / 0.0)
-        return x;
-    int e = 0;
-    if (x < 2.2250738585072014e-308) { /* subnormal: scale into the normal range (exact) */
-        x *= 18014398509481984.0;     /* 2^54 */
-        e = -54;
-    }
     const uint64_t u = memra_x_d_to_bits(x);
-    e += (int)((u >> 52) & 0x7FF) - 1022;
+    *e += (int)((u >> 52) & 0x7FF) - 1022;
     double m = memra_x_bits_to_d((u & 0x000FFFFFFFFFFFFFull) | 0x3FE0000000000000ull); /* [0.5, 1) */
     if (m < 0.70710678118654752440) {
         m = m * 2.0;
-        e -= 1;
+        *e -= 1;
     }
-    const double s = (m - 1.0) / (m + 1.0), z = s * s;
+    return m;
+}
+
+/* ln(m 2^e) from s = (m - 1) / (m + 1): 2 atanh s + e ln 2 (the series below). */
+MEMRA_XM double memra_x_log_tail(double s, int e)
+{
+    const double z = s * s;
     double p = 2.0 / 23.0;
     p = fma(p, z, 2.0 / 21.0);
     p = fma(p, z, 2.0 / 19.0);
@@ -157,6 +170,25 @@ MEMRA_XM double memra_x_log(double x)
     const double ln2_hi = 6.93147180369123816490e-01, ln2_lo = 1.90821492927058770002e-10;
     const double de = (double)e;
     return fma(de, ln2_hi, fma(de, ln2_lo, s * p));
+}
+
+/* ln x. x = m 2^e with m in [sqrt(1/2), sqrt(2)); s = (m - 1) / (m + 1);
+ * ln m = 2 atanh s = s (2 + 2/3 s^2 + 2/5 s^4 + ... + 2/23 s^22) (|s| <= 0.1716). */
+MEMRA_XM double memra_x_log(double x)
+{
+    if (x != x || x < 0.0)
+        return 0.0 / 0.0;
+    if (x == 0.0)
+        return -1.0 / 0.0;
+    if (x == 1.0 / 0.0)
+        return x;
+    int e = 0;
+    if (x < 2.2250738585072014e-308) { /* subnormal: scale into the normal range (exact) */
+        x *= 18014398509481984.0;      /* 2^54 */
+        e = -54;
+    }
+    const double m = memra_x_log_split(x, &e);
+    return memra_x_log_tail((m - 1.0) / (m + 1.0), e);
 }
 
 /* ln(1 + x) for x > -1, accurate for small x: u = 1 + x; ln u * (x / (u - 1)). */
@@ -214,21 +246,116 @@ MEMRA_XM void memra_x_sincos(double x, double *sn, double *cs)
 /* ------------------------------- float wrappers ------------------------------------- */
 /* Each: the double function of the exactly widened argument, rounded once to float. */
 
-MEMRA_XM float memra_x_expf(float x) { return (float)memra_x_exp((double)x); }
+/* The wrappers' own e^x, ln x, ln(1 + x) and division: the same real functions as the double
+ * ones above in sequences of shorter latency (each a fixed sequence of IEEE operations too),
+ * for the critical paths of the small kernels (gdn_step's lambda / beta / silu(z), the
+ * attention softmax, the gates). Their double results differ from memra_x_exp's in the last bit
+ * for ~5 % of arguments, never enough to move a float rounding: every float wrapper below gives
+ * the bits of its double-API formula (the one in its comment) for EVERY float input, checked
+ * over all 2^32 by bench/xm_accuracy.c and on 4M strided inputs by tests/test_ops.c. Latency
+ * on an H100 (bench/gdn_probe.cu --chains, cycles per dependent call; mmvq-notes, session 27):
+ * expf 413 -> 374, softplus-based lambda (memra_gdn_decay) 1938 -> 1078, siluf 657 -> 525
+ * with memra_x_div_short (the reciprocal form below is shorter still); a dependent f64 fma is
+ * ~7.5 cycles, an f32 -> f64 -> f32 round trip ~40. */
 
-/* 1 / (1 + e^-x), in double, rounded once. */
-MEMRA_XM float memra_x_sigmoidf(float x) { return (float)(1.0 / (1.0 + memra_x_exp(-(double)x))); }
-
-/* x / (1 + e^-x), in double, rounded once. */
-MEMRA_XM float memra_x_siluf(float x)
+/* e^x: k = nearest(x log2 e) as (x log2 e + 1.5 * 2^52) - 1.5 * 2^52 (one fma and a subtract:
+ * no rint on the chain; k's conversion to int runs beside the polynomial), r as memra_x_exp,
+ * the same degree-13 polynomial as e^r = 1 + (r + r^2 h(r)) (the large terms added last) with
+ * h's even and odd coefficients in two chains (depth 7 after r instead of 14; a full Estrin
+ * tree is shorter still but holds enough doubles at once to spill attn_decode's registers). */
+MEMRA_XM double memra_x_exp_short(double x)
 {
-    return (float)((double)x / (1.0 + memra_x_exp(-(double)x)));
+    double sp;
+    if (memra_x_exp_special(x, &sp))
+        return sp;
+    const double shifter = 6755399441055744.0; /* 1.5 * 2^52 */
+    const double ln2_hi = 6.93147180369123816490e-01, ln2_lo = 1.90821492927058770002e-10;
+    const double t = fma(x, 1.44269504088896338700e+00, shifter);
+    const double k = t - shifter;
+    const int ki = (int)k;
+    double r = fma(-k, ln2_hi, x);
+    r = fma(-k, ln2_lo, r);
+    /* h = 1/2! + r/3! + ... + r^11/13! as its even and odd halves, two Horner chains in r^2 */
+    const double r2 = r * r;
+    double ev = 1.0 / 479001600.0, od = 1.0 / 6227020800.0;
+    ev = fma(ev, r2, 1.0 / 3628800.0);
+    od = fma(od, r2, 1.0 / 39916800.0);
+    ev = fma(ev, r2, 1.0 / 40320.0);
+    od = fma(od, r2, 1.0 / 362880.0);
+    ev = fma(ev, r2, 1.0 / 720.0);
+    od = fma(od, r2, 1.0 / 5040.0);
+    ev = fma(ev, r2, 1.0 / 24.0);
+    od = fma(od, r2, 1.0 / 120.0);
+    ev = fma(ev, r2, 0.5);
+    od = fma(od, r2, 1.0 / 6.0);
+    const double h = fma(r, od, ev);
+    const double p = 1.0 + fma(r2, h, r);
+    return memra_x_scale2(p, ki);
 }
 
-/* ln(1 + e^x); x for x > 20 (the float result is x there). */
+/* n / d for d = md 2^e > 0, |e| <= 1000, n 2^-e normal or zero: the linear minimax seed of
+ * 1 / md on [1, 2] (8/17 (3 - md), relative error <= 1/17), four Newton steps (the error
+ * squares: 3.5e-3, 1.2e-5, 1.5e-10, 2e-20), q = n y, one residual step q + (n - q d) y
+ * (q itself where the residual is 0, so -0 / d stays -0). In place of the IEEE division's
+ * reciprocal seed, refinement and slow-path check. */
+MEMRA_XM double memra_x_div_short(double n, double d)
+{
+    const uint64_t u = memra_x_d_to_bits(d);
+    const int e = (int)(u >> 52) - 1023;
+    const double md = memra_x_bits_to_d((u & 0x000FFFFFFFFFFFFFull) | 0x3FF0000000000000ull);
+    double y = fma(md, -8.0 / 17.0, 24.0 / 17.0);
+    double h = fma(-md, y, 1.0);
+    y = fma(y, h, y);
+    h = fma(-md, y, 1.0);
+    y = fma(y, h, y);
+    h = fma(-md, y, 1.0);
+    y = fma(y, h, y);
+    h = fma(-md, y, 1.0);
+    y = fma(y, h, y);
+    const double nd = n * memra_x_pow2i(-e);
+    const double q = nd * y, res = fma(-q, md, nd);
+    return res == 0.0 ? q : fma(res, y, q);
+}
+
+/* ln(1 + x) for x = e^a of a float a <= 20 (0 <= x < 2^29): memra_x_log1p's formula with
+ * memra_x_log's s = (m - 1) / (m + 1) and the factor x / (u - 1) by memra_x_div_short. */
+MEMRA_XM double memra_x_log1p_short(double x)
+{
+    const double u = 1.0 + x;
+    if (u == 1.0)
+        return x;
+    int e = 0;
+    const double m = memra_x_log_split(u, &e); /* u in (1, 2^29]: normal */
+    return memra_x_log_tail(memra_x_div_short(m - 1.0, m + 1.0), e) * memra_x_div_short(x, u - 1.0);
+}
+
+/* (float)memra_x_exp((double)x) */
+MEMRA_XM float memra_x_expf(float x)
+{
+    return (float)memra_x_exp_short((double)x);
+}
+
+/* 1 / (1 + e^-x), rounded once: (float)(1.0 / (1.0 + memra_x_exp(-(double)x))). The double
+ * reciprocal stays the IEEE one: 1 / d is the short path of CUDA's division (~70 cycles on
+ * an H100 against ~150 for memra_x_div_short). */
+MEMRA_XM float memra_x_sigmoidf(float x)
+{
+    return (float)(1.0 / (1.0 + memra_x_exp_short(-(double)x)));
+}
+
+/* x / (1 + e^-x), rounded once: (float)((double)x / (1.0 + memra_x_exp(-(double)x))), formed
+ * as x * (1 / (1 + e^-x)) (the reciprocal's short path and a multiply, where the general
+ * division took ~240 cycles): the same float for every input (bench/xm_accuracy.c). */
+MEMRA_XM float memra_x_siluf(float x)
+{
+    return (float)((double)x * (1.0 / (1.0 + memra_x_exp_short(-(double)x))));
+}
+
+/* ln(1 + e^x); x for x > 20 (the float result is x there):
+ * (float)memra_x_log1p(memra_x_exp((double)x)). */
 MEMRA_XM float memra_x_softplusf(float x)
 {
-    return x > 20.0f ? x : (float)memra_x_log1p(memra_x_exp((double)x));
+    return x > 20.0f ? x : x != x ? x : (float)memra_x_log1p_short(memra_x_exp_short((double)x));
 }
 
 #undef MEMRA_XM

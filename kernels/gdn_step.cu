@@ -20,27 +20,27 @@
  * (no push, one cluster barrier round less before the L2 norms) and shifts its share at its
  * end, once every CTA of the cluster has read them. A conv item's sum over the K - 1 old samples
  * (and its reader's old half of the shift) is formed before the PDL wait; after it only the new
- * sample is read. Where the conv step leaves threads idle, lambda, beta and the gate's silu(z)
- * are formed by those meanwhile (bench/gdn_probe.cu times the chain). Lane l of every warp then
- * holds q_i, k_i for i = 4l..4l+3 (+128): exactly the canonical dk lane layout, so each warp forms
- * the L2 sums in registers (every warp of every CTA the same bits). The state S_h^T is [head_v_dim
- * rows j][head_k_dim] f32; a warp task is G rows (4, 8 or 16 / VEC), loaded with coalesced 16-byte
- * loads (same layout; the warp's first task before the PDL wait, the rows past the first W
- * tasks streamed into L2 by bulk prefetches, and with G * VEC <= 8 the warp's next task loaded
- * while it computes the current one); per row
- *   s *= lambda;  r = sum_i s_i k_i;  delta = beta (v_j - r);  s += k delta;  o_j = sum_i s_i q_i
- * with each sum the lane partial (increasing i) followed by the xor butterfly. Rows are written
- * back in place. o_j goes into the shared memory of every CTA of head h (pushing kernels: by
- * st.async on the receiver's second mbarrier; LQK: plain DSMEM stores), so each forms the gated
- * norm's sum of squares over all dv outputs in the dv lane layout (lane l: j = l, l + 32, ...;
- * the same bits everywhere), and quantizes its own rows' q8_1 blocks. Cluster barrier phases:
- * 0 (pushing kernels; arrived at entry once the mbarriers are set) every CTA runs before the
- * first push; LQK: 1 every CTA has read its conv inputs and runs (waited after the delta
- * rule, before o pushes and shifts), 2 (split > 1) o_h whole, after which no CTA touches
- * another's shared memory. A pushing CTA has no DSMEM access after its mbarriers complete:
- * every push into it has landed, none comes later.
- * Generic kernel (every other shape): one CTA (8 warps) per row walks the value heads in order;
- * warp w updates state rows j = w, w + 8, ... with the same lane layout (lane l: i = 128 m + 4 l
+ * sample is read. lambda, beta and the gate's silu(z) are formed meanwhile by a ninth warp
+ * (fast_chain: the 4-float4 tasks, the 9b at B = 1), else where the conv step leaves threads
+ * idle by those, else by every thread after its conv items (bench/gdn_probe.cu times the chain).
+ * Lane l of every warp then holds q_i, k_i for i = 4l..4l+3 (+128): exactly the canonical dk lane
+ * layout, so each warp forms the L2 sums in registers (every warp of every CTA the same bits). The
+ * state S_h^T is [head_v_dim rows j][head_k_dim] f32; a warp task is G rows (4, 8 or 16 / VEC),
+ * loaded with coalesced 16-byte loads (same layout; the warp's first task before the PDL wait, the
+ * rows past the first W tasks streamed into L2 by bulk prefetches, and with G * VEC <= 8 the warp's
+ * next task loaded while it computes the current one); per row s *= lambda;  r = sum_i s_i k_i;
+ * delta = beta (v_j - r);  s += k delta;  o_j = sum_i s_i q_i with each sum the lane partial
+ * (increasing i) followed by the xor butterfly. Rows are written back in place. o_j goes into the
+ * shared memory of every CTA of head h (pushing kernels: by st.async on the receiver's second
+ * mbarrier; LQK: plain DSMEM stores), so each forms the gated norm's sum of squares over all dv
+ * outputs in the dv lane layout (lane l: j = l, l + 32, ...; the same bits everywhere), and
+ * quantizes its own rows' q8_1 blocks. Cluster barrier phases: 0 (pushing kernels; arrived at entry
+ * once the mbarriers are set) every CTA runs before the first push; LQK: 1 every CTA has read its
+ * conv inputs and runs (waited after the delta rule, before o pushes and shifts), 2 (split > 1) o_h
+ * whole, after which no CTA touches another's shared memory. A pushing CTA has no DSMEM access
+ * after its mbarriers complete: every push into it has landed, none comes later. Generic kernel
+ * (every other shape): one CTA (8 warps) per row walks the value heads in order; warp w updates
+ * state rows j = w, w + 8, ... with the same lane layout (lane l: i = 128 m + 4 l
  * + c, scalar loads) and butterflies; warps 0 / 1 L2-normalise q / k. It stages the row's
  * output (Cv floats, <= kGenericMaxCv) in shared memory and quantizes it at the end (q8_1 blocks
  * may straddle heads there), then shifts the conv state.
@@ -146,6 +146,21 @@ __device__ __forceinline__ void mbar_wait(uint64_t *bar)
     }
 }
 
+/* Named CTA barriers (0 is __syncthreads'): bar.sync waits for `n` threads (whole warps)
+ * to reach barrier `id`, bar.arrive counts this warp without waiting; both order the calling
+ * threads' earlier shared memory accesses before the barrier completes. */
+__device__ __forceinline__ void bar_sync(int id, int n)
+{
+    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(n) : "memory");
+}
+
+__device__ __forceinline__ void bar_arrive(int id, int n)
+{
+    asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(n) : "memory");
+}
+
+constexpr int kBarQK = 1, kBarLB = 2; /* the working warps' q/k share; lambda, beta published */
+
 /* acc + x^2 in f64 (the square is exact). */
 __device__ __forceinline__ double add_sq(double acc, float x)
 {
@@ -204,6 +219,24 @@ __device__ __forceinline__ int key_head(const memra_gdn_step_args &a, const gdn_
 }
 
 /* ----------------------------------- fast kernel ------------------------------------- */
+
+/* The chain warp (CH): the small grids' CTAs whose warp tasks hold 4 float4 per lane (86
+ * registers) get a warp W besides the W working warps, which forms lambda, beta and the gated
+ * norm's silu(z_j) while the working warps (NT threads) run the conv step, the q/k exchange
+ * and the L2 norms; lambda and beta are published by named barrier kBarLB just before the
+ * delta rule, silu(z) by the barrier before the gated norm (9b B = 1: -1.1 % in the tick).
+ * Not on larger tasks: at 8 float4 (112 registers) the 9-warp CTA measured a straggling CTA
+ * per launch (9b B = 2 +1.9 %), at 16 it would spill. Those CTAs, like the 4-warp ones (large
+ * grids, 4 per SM), form lambda and beta on every thread after their conv items, or where the
+ * conv step leaves enough threads idle (`early`) on the last threads during it. */
+__host__ __device__ constexpr bool fast_chain(int warps, int task_f4)
+{
+    return warps != kFastWarpsLarge && task_f4 <= 4;
+}
+__host__ __device__ constexpr int fast_threads(int warps, int task_f4)
+{
+    return (warps + fast_chain(warps, task_f4)) * 32;
+}
 
 /* f(rr, v, p) for lane l's 16-byte pieces p of rows [jb, jb + G) of S_h^T: piece v of row
  * jb + rr, elements 4 l + 128 v .. + 3 (the canonical dk lane layout). */
@@ -309,9 +342,10 @@ __device__ __forceinline__ int fast_channel(const gdn_geom &g, int DK, int ka, i
  * grp + W (prefetch_tasks + 1), so the prefetch_tasks tasks after the one loading into
  * registers are in flight. */
 template <int VEC, int W, int G, bool PF>
-__global__ void __launch_bounds__(W * 32, W == kFastWarpsLarge ? 4 : 2)
+__global__ void __launch_bounds__(fast_threads(W, G *VEC), W == kFastWarpsLarge ? 4 : 2)
     gdn_step_fast(memra_gdn_step_args a, gdn_geom g)
 {
+    constexpr bool CH = fast_chain(W, G * VEC);
     constexpr int DK = 128 * VEC, NT = W * 32;
     /* double-buffer the warp's next task while the registers allow it (2 x 32 per lane) */
     constexpr bool PIPE = G * VEC <= 8;
@@ -346,6 +380,27 @@ __global__ void __launch_bounds__(W * 32, W == kFastWarpsLarge ? 4 : 2)
     }
     if (push) /* phase 0 of the cluster barrier: this CTA runs, its mbarriers are set */
         __cluster_barrier_arrive_relaxed();
+    __shared__ float s_lb[2], s_gz[MEMRA_GDN_MAX_HEAD_DIM];
+    if (CH && warp == W) { /* the chain warp (bench/gdn_probe.cu --chains, H100 cycles: lambda's
+                            * exp, log1p, exp ~1940, beta's sigmoid ~480, silu ~660) */
+        pdl_wait_release();
+        const size_t bh = (size_t)b * (size_t)a.n_v_head + (size_t)h;
+        /* every lane the same pair (no divergence; the two chains interleave), lane 0 keeps it */
+        const float lambda = memra_gdn_decay(a.ssm_a[h], a.alpha[bh], a.dt_bias[h]);
+        const float beta = memra_gdn_beta(a.beta[bh]);
+        if (lane == 0) {
+            s_lb[0] = lambda;
+            s_lb[1] = beta;
+        }
+        bar_arrive(kBarLB, NT + 32);
+        const float *z = a.z + (size_t)b * (size_t)g.cv + (size_t)h * (size_t)dv + j_lo;
+        for (int j = lane; j < rows; j += 32)
+            s_gz[j_lo + j] = memra_x_siluf(z[j]);
+        if (push)
+            __cluster_barrier_wait(); /* phase 0 (this warp touches no other CTA) */
+        __syncthreads();              /* the working warps' barrier before the gated norm */
+        return;
+    }
     /* The warp's first task loads before the wait. S is this op's own state, last written a
      * tick ago (every kernel before the previous one has completed once this one runs: the
      * previous one, an mmvq, releases this one only after its own wait; only rms_norm_q8 may
@@ -384,18 +439,13 @@ __global__ void __launch_bounds__(W * 32, W == kFastWarpsLarge ? 4 : 2)
         else
             uv[j_lo + t - nc] = acc;
     }
-    /* The scalar chains after the wait that do not need q, k (bench/gdn_probe.cu --chains,
-     * H100: lambda's exp, log1p, exp ~1940 cycles, beta's sigmoid ~480, silu ~660): where the
-     * conv step leaves enough threads idle (`early`: the small grids of b <= 2 on the 9b),
+    /* Without the chain warp, where the conv step leaves enough threads idle (`early`):
      * lambda on the CTA's last thread (rt 0), beta on the one before it and the gated norm's
      * silu(z_j) of this CTA's rows on the ones before those, in parallel with the conv step,
-     * kept in shared memory and published by the barrier before the L2 norms. Elsewhere every
-     * thread forms lambda and beta after its conv items, and silu(z) in the output step
-     * (dedicated threads with conv items of their own measured slower at B = 16). */
-    __shared__ float s_lb[2], s_gz[MEMRA_GDN_MAX_HEAD_DIM];
+     * kept in shared memory and published by the barrier before the L2 norms. */
     const int rt = NT - 1 - tid;
-    const bool early = items + 2 + rows <= NT;
-    const float ssm_a = a.ssm_a[h], dt_bias = a.dt_bias[h];
+    const bool early = !CH && items + 2 + rows <= NT, own = !CH && !early; /* own: every thread */
+    const float ssm_a = CH ? 0.0f : a.ssm_a[h], dt_bias = CH ? 0.0f : a.dt_bias[h];
     GDN_MARK(1);
     pdl_wait_release();
     GDN_MARK(2);
@@ -407,10 +457,10 @@ __global__ void __launch_bounds__(W * 32, W == kFastWarpsLarge ? 4 : 2)
                           : rt == 1       ? a.beta[bh]
                           : rt - 2 < rows ? z[j_lo + rt - 2]
                                           : 0.0f;
-    const float alpha_x = early ? 0.0f : a.alpha[bh], beta_x = early ? 0.0f : a.beta[bh];
+    const float alpha_x = own ? a.alpha[bh] : 0.0f, beta_x = own ? a.beta[bh] : 0.0f;
     float z0 = 0.0f, w0 = 0.0f; /* the warp's first q8_1 block's gate inputs */
     if (warp < rows / 32) {
-        if (!early)
+        if (own)
             z0 = z[j_lo + 32 * warp + lane];
         w0 = a.norm_w[j_lo + 32 * warp + lane];
     }
@@ -423,15 +473,18 @@ __global__ void __launch_bounds__(W * 32, W == kFastWarpsLarge ? 4 : 2)
     if (LQK && g.cs > 1) /* phase 1 of the cluster barrier: this CTA's conv reads are done */
         __cluster_barrier_arrive();
     float lambda = 0.0f, beta = 0.0f;
-    if (!early) { /* off the critical path only where the cluster's others are still in conv */
+    if (own) { /* off the critical path only where the cluster's others are still in conv
+                * (forming them with the first conv item instead measured 0.5 % slower at B = 4,
+                * 8 and 16 on the 9b: bench/results/ab-latency-pack-2026-12-06-s27-h100.txt) */
         beta = memra_gdn_beta(beta_x);
         lambda = memra_gdn_decay(ssm_a, alpha_x, dt_bias);
-    } else if (rt == 0) {
-        s_lb[0] = memra_gdn_decay(ssm_a, chain_x, dt_bias);
-    } else if (rt == 1) {
-        s_lb[1] = memra_gdn_beta(chain_x);
-    } else if (rt - 2 < rows) {
-        s_gz[j_lo + rt - 2] = memra_x_siluf(chain_x);
+    } else if (early) {
+        if (rt == 0)
+            s_lb[0] = memra_gdn_decay(ssm_a, chain_x, dt_bias);
+        else if (rt == 1)
+            s_lb[1] = memra_gdn_beta(chain_x);
+        else if (rt - 2 < rows)
+            s_gz[j_lo + rt - 2] = memra_x_siluf(chain_x);
     }
     if (push) {
         __cluster_barrier_wait(); /* phase 0: every CTA of the cluster runs, mbarriers set */
@@ -439,10 +492,10 @@ __global__ void __launch_bounds__(W * 32, W == kFastWarpsLarge ? 4 : 2)
             for (int d = 0; d < g.cs; d++)
                 if (d != cr)
                     push_async(&uqk[qk0 + t], uqk[qk0 + t], &mb[0], d);
-        __syncthreads();   /* this CTA's own share (and s_lb, s_gz) */
-        mbar_wait(&mb[0]); /* the others': uqk is whole */
+        bar_sync(kBarQK, NT); /* the working warps: this CTA's own share (early: s_lb, s_gz) */
+        mbar_wait(&mb[0]);    /* the others': uqk is whole */
     } else {
-        __syncthreads();
+        bar_sync(kBarQK, NT); /* (without a chain warp NT is every thread) */
     }
     GDN_MARK(4);
     if (early) {
@@ -469,6 +522,11 @@ __global__ void __launch_bounds__(W * 32, W == kFastWarpsLarge ? 4 : 2)
             q[v][c] = __fmul_rn(__fmul_rn(q[v][c], scq), g.q_scale);
             k[v][c] = __fmul_rn(k[v][c], sck);
         }
+    if (CH) { /* lambda and beta from the chain warp */
+        bar_sync(kBarLB, NT + 32);
+        lambda = s_lb[0];
+        beta = s_lb[1];
+    }
     GDN_AFTER(q[0][0]);
     GDN_AFTER(k[0][0]);
     GDN_MARK(5);
@@ -529,7 +587,7 @@ __global__ void __launch_bounds__(W * 32, W == kFastWarpsLarge ? 4 : 2)
     GDN_MARK(8);
     for (int grp = warp; grp < rows / 32; grp += W) {
         const int j = j_lo + 32 * grp + lane;
-        const float sz = early ? s_gz[j] : memra_x_siluf(grp == warp ? z0 : z[j]);
+        const float sz = own ? memra_x_siluf(grp == warp ? z0 : z[j]) : s_gz[j];
         const float y = memra_gdn_gate_s(so[j], scale, grp == warp ? w0 : a.norm_w[j], sz);
         const size_t blk = (size_t)b * (size_t)(g.cv / 32) + (size_t)(h * dv + j - lane) / 32;
         q8_1_quantize_warp(y, lane, (u8 *)a.y_q + blk * Q8_1_BYTES);
@@ -652,7 +710,9 @@ int launch_fast(const memra_gdn_step_args *a, const gdn_geom &g, bool large, cud
                      : gdn_step_fast<VEC, kFastWarpsSmall, 16 / VEC, false>;
     }
     const dim3 grid(a->n_v_head * g.split, a->b);
-    const dim3 blk((large ? kFastWarpsLarge : kFastWarpsSmall) * 32);
+    const dim3 blk(
+        large ? kFastWarpsLarge * 32
+              : fast_threads(kFastWarpsSmall, fast_small_rows(a->head_v_dim / g.split, VEC) * VEC));
     return cuda_ops_result(cuda_ops_launch(k, grid, blk, 0, s, g.cs, *a, g));
 }
 

@@ -5,10 +5,14 @@
  * Template parameters: none (specialization key "quantize_q8_1:sm=<arch>"); the device
  * function q8_1_quantize_warp() is what fused producers (norms, SwiGLU) call in their
  * epilogue so that every producer emits the same bytes.
- * Must not: use a reciprocal multiply, fast division, FTZ or FMA (compiled with
+ * Must not: use an f32 reciprocal multiply, fast division, FTZ or FMA (compiled with
  * -prec-div=true -ftz=false -fmad=false), or depend on the number of rows.
  * Invariants (per block, as quant.c): amax = fmaxf-reduction of |x| (order-free);
- * d = amax / 127 (IEEE RN); q = 0 if d == 0, else roundf(x / d) with NaN -> 0 and a clamp to
+ * d = amax / 127 (IEEE RN; formed as (float)((double)amax * (1.0 / 127)), the same float for
+ * every amax: the exact quotient is never within 2^-32 (relative) of a float rounding
+ * boundary while the double product is within 2^-52 of it, and tests/test_quant.c checks all
+ * 2^32 inputs; it takes the f32 division's latency off every producer's tail);
+ * q = 0 if d == 0, else roundf(x / d) with NaN -> 0 and a clamp to
  * [-127, 127]; stored d = fp16_RN(d); stored s = fp16_RN(v) where v is lane 0's value of the
  * butterfly v += v(lane ^ o), o = 16, 8, 4, 2, 1 (every lane holds the same bits because
  * a + b == b + a exactly). Values past the end of a row are 0.
@@ -37,7 +41,7 @@ MEMRA_DEV void q8_1_quantize_warp(float v, int lane, u8 *out)
 #pragma unroll
     for (int o = 16; o >= 1; o >>= 1)
         s = __fadd_rn(s, __shfl_xor_sync(0xffffffffu, s, o));
-    const float d = __fdiv_rn(amax, 127.0f);
+    const float d = (float)((double)amax * (1.0 / 127.0)); /* == __fdiv_rn(amax, 127.0f) */
     float r = d == 0.0f ? 0.0f : roundf(__fdiv_rn(v, d));
     r = r != r ? 0.0f : fminf(fmaxf(r, -127.0f), 127.0f);
     out[4 + lane] = (u8)(i8)(i32)r;

@@ -279,6 +279,65 @@ START_TEST(test_exact_math_floats)
 }
 END_TEST
 
+/* Each float wrapper runs the short-latency sequences (memra_x_exp_short, memra_x_div_short,
+ * memra_x_log1p_short) and must give the bits of the double-API formula its comment names, for
+ * every float: bench/xm_accuracy.c checks all 2^32 (minutes); here every 1021st bit pattern
+ * (4.2M, all exponents and signs, NaN / inf / subnormals included) plus the edges of the
+ * fallbacks. NaN results compare equal whatever their payload. */
+static int xm_same(float a, float b)
+{
+    return memcmp(&a, &b, 4) == 0 || (a != a && b != b);
+}
+
+static void xm_check_wrappers(float x)
+{
+    const double e = memra_x_exp(-(double)x);
+    const float want[4] = {(float)memra_x_exp((double)x), (float)(1.0 / (1.0 + e)),
+                           (float)((double)x / (1.0 + e)),
+                           x > 20.0f ? x : (float)memra_x_log1p(memra_x_exp((double)x))};
+    const float got[4] = {memra_x_expf(x), memra_x_sigmoidf(x), memra_x_siluf(x),
+                          memra_x_softplusf(x)};
+    for (int k = 0; k < 4; k++)
+        ck_assert_msg(xm_same(got[k], want[k]), "x %a: wrapper %d gives %a, its formula %a",
+                      (double)x, k, (double)got[k], (double)want[k]);
+}
+
+START_TEST(test_exact_math_short)
+{
+    for (uint64_t b = 0; b < (1ull << 32); b += 1021) {
+        uint32_t u = (uint32_t)b;
+        float x;
+        memcpy(&x, &u, 4);
+        xm_check_wrappers(x);
+    }
+    const float edges[] = {-0.0f,         0.0f,       INFINITY,      -INFINITY,     NAN,
+                           -NAN,          20.0f,      0x1.000002p4f, -693.0f,       -693.2f,
+                           -693.15f,      -745.0f,    -103.97f,      88.72f,        88.73f,
+                           0x1p-149f,     -0x1p-149f, 0x1p-126f,     3.4028235e38f, -3.4028235e38f,
+                           -0x1.62e43p9f, -0x1.5p9f};
+    for (size_t i = 0; i < sizeof edges / sizeof edges[0]; i++)
+        xm_check_wrappers(edges[i]);
+    /* the double pieces: the division against IEEE where its result is exact or its range edge */
+    ck_assert(memra_x_div_short(1.0, 4.0) == 0.25 && memra_x_div_short(-0.0, 3.0) == 0.0 &&
+              signbit(memra_x_div_short(-0.0, 3.0)) && memra_x_div_short(6.0, 3.0) == 2.0);
+    ck_assert(memra_x_div_short(1.0, 0x1p1000) == 0x1p-1000 &&
+              memra_x_div_short(0x1p900, 0x1p-100) == 0x1p1000);
+    tu_rng r;
+    tu_rng_seed(&r, 0xD1F5);
+    for (int i = 0; i < 1000000; i++) {
+        const double d = exp(700 * xm_u01(&r) - 350),
+                     n = (2 * xm_u01(&r) - 1) * exp(60 * xm_u01(&r) - 30);
+        const double got = memra_x_div_short(n, d), want = n / d;
+        ck_assert_msg(fabs(got - want) <= 0x1p-52 * fabs(want), "%a / %a: %a, IEEE %a", n, d, got,
+                      want);
+        const double x = -745.2 + 1455.0 * xm_u01(&r);
+        xm_check("exp_short", memra_x_exp_short(x), exp(x), 3e-16, x);
+        const double y = exp(50 * xm_u01(&r) - 40);
+        xm_check("log1p_short", memra_x_log1p_short(y), log1p(y), 8e-16, y);
+    }
+}
+END_TEST
+
 /* The CPU emulation of the CUDA butterflies (ref_common.h kref_warp_sum / kref_block_sum)
  * against a literal 32-lane simulation: lane l adds lane l ^ o (its own value first), every
  * lane ends with the same bits, and the block sum is warp 0's butterfly over the per-warp
@@ -1972,6 +2031,7 @@ Suite *make_ops_suite(void)
     tcase_add_test(tc, test_exact_math_libm);
     tcase_add_test(tc, test_exact_math_specials);
     tcase_add_test(tc, test_exact_math_floats);
+    tcase_add_test(tc, test_exact_math_short);
     tcase_add_test(tc, test_block_sum_emulation);
     tcase_add_test(tc, test_embed);
     tcase_add_test(tc, test_rms_norm_q8);

@@ -504,6 +504,25 @@ START_TEST(test_q8_1_golden)
 }
 END_TEST
 
+/* The GPU quantizer (nvrtc_templates/quantize_q8_1.cuh) forms d = amax / 127 as
+ * (float)((double)amax * (1.0 / 127)): the same float as the IEEE division for every
+ * amax >= 0 (all 2^31 bit patterns with the sign clear, +inf and NaN included; the exact
+ * quotient is never within 2^-32 of a float rounding boundary, the double product within
+ * 2^-52 of the quotient). */
+START_TEST(test_q8_1_scale_by_double)
+{
+    uint64_t bad = 0;
+    for (uint32_t u = 0; u < 0x80000000u; u++) {
+        float a, x, y;
+        memcpy(&a, &u, sizeof a);
+        x = a / 127.0f;
+        y = (float)((double)a * (1.0 / 127.0));
+        bad += memcmp(&x, &y, sizeof x) != 0 && !(x != x && y != y);
+    }
+    ck_assert_msg(bad == 0, "%llu amax values give another d", (unsigned long long)bad);
+}
+END_TEST
+
 /* A row whose length is not a multiple of 32 quantizes as if zero-padded; whole blocks
  * are independent of their neighbours. */
 START_TEST(test_q8_1_tail)
@@ -774,6 +793,7 @@ Suite *make_quant_suite(void)
     tcase_add_test(tq, test_nvfp4_scale_codes);
     tcase_add_test(tq, test_mxfp4_exponent);
     tcase_add_test(tq, test_dot_accuracy);
+    tcase_add_test(tq, test_q8_1_scale_by_double); /* 2^31 inputs: ~2 s, more under ASan */
     suite_add_tcase(s, tq);
     return s;
 }

@@ -1339,7 +1339,8 @@ START_TEST(test_gdn_step)
      * split CTAs, <VEC, warps, rows per warp task>; "row alone" (single-step cases) reruns the
      * last row at b = 1, i.e. on the b = 1 path.
      *   <1,8,4>: 9b b 1 (3 steps below; every 9b row alone), qwen3next b 1 (grouped): split 4,
-     *     cluster 8; 0.8b b 1 (row alone): r = 1, split 4, cluster 4
+     *     cluster 8; 0.8b b 1 (row alone): r = 1, split 4, cluster 4; with the chain warp
+     *     (lambda, beta, silu(z) on a ninth warp)
      *   <1,8,8>: 9b b 2: split 2, cluster 4; 0.8b b 3 (above): split 2, cluster 2; 27b b 1:
      *     split 2, cluster 6 (uneven q / k conv shares of 43 and 41 channels); r8-grouped b 1
      *     (above): dv 64 unsplit, cluster 8; dv256-grouped b 5 (above): split 4, cluster 8
@@ -1347,7 +1348,8 @@ START_TEST(test_gdn_step)
      *     b 12: no cluster; dv256-grouped b 40: 2 tasks per warp (the rest of the head
      *     prefetched into L2)
      *   <1,4,8>: 9b b 16 (1 and 2 steps), 27b b 16 (above, cluster 3): 4 warps, 4 tasks per
-     *     warp, the next one loaded during the current one; 0.8b b 20: the same, no cluster
+     *     warp, the next one loaded during the current one, 3 conv items per thread (the first
+     *     with lambda and beta); 0.8b b 20: the same, no cluster
      *   <2,8,4>: dk256 b 1 (above), b 2 (3 steps): split 2, cluster 4; dk256-dv128 b 1 (row
      *     alone): split 4, cluster 8
      *   <2,8,8>: dk256-dv128 b 16 (above): split 2; b 20, b 40: split 1, 2 tasks per warp;
@@ -1465,7 +1467,7 @@ START_TEST(test_gdn_launch_shape)
     ck_assert_int_eq(capture_kernels(gdn_enqueue, &a, &k0, 1), 1);
     a.prefetch_tasks = 2;
     ck_assert_int_eq(capture_kernels(gdn_enqueue, &a, &k2, 1), 1);
-    ck_assert_uint_eq(k0.block.x, 256); /* 8 warps */
+    ck_assert_uint_eq(k0.block.x, 288); /* 8 warps and the chain warp */
     ck_assert_ptr_eq(k2.func, k0.func);
     /* split: CTAs per value head, grid.x = n_v_head x split (the launcher's 4 at b 1 on a
      * 132-SM device, or what the launch forces) */
