@@ -112,7 +112,8 @@ void run_cfg(const probe_cfg &c, int iters, double spin_us, cudaStream_t s, int 
         exit(1);
     }
     const int nsplit = memra_attn_nsplit(c.depth + 1, max_split);
-    const int ncta = gx * Hkv * b, ccta = (H * dh / 32 / 8) * b; /* attn_combine: 8 warps */
+    const int ncta = gx * Hkv * b,
+              ccta = cdiv_u(H * dh / 32, kCombineWarps) * b; /* as the launcher */
     if (ncta > MEMRA_ATTN_PROBE_CTAS || ccta > MEMRA_ATTN_PROBE_CTAS) {
         fprintf(stderr, "attn-probe: %d CTAs exceed the probe's %d\n", ncta, MEMRA_ATTN_PROBE_CTAS);
         exit(1);

@@ -3,7 +3,8 @@
  * share: the "previous kernel" each measured launch follows as in the tick (it waits for its
  * predecessor, releases its dependents with griddepcontrol.launch_dependents as the tick's
  * mmvq does, spins, then stamps its end into g_prev_end, the origin of the probes' times),
- * device buffers freed at scope end, and the median / percentile of the stamps.
+ * their options (--iters, --spin), the device and its stream, device buffers freed at scope
+ * end, and the median / percentile of the stamps.
  */
 #ifndef MEMRA_BENCH_PROBE_TIMELINE_CUH
 #define MEMRA_BENCH_PROBE_TIMELINE_CUH

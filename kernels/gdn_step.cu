@@ -381,8 +381,8 @@ __global__ void __launch_bounds__(fast_threads(W, G *VEC), W == kFastWarpsLarge 
     if (push) /* phase 0 of the cluster barrier: this CTA runs, its mbarriers are set */
         __cluster_barrier_arrive_relaxed();
     __shared__ float s_lb[2], s_gz[MEMRA_GDN_MAX_HEAD_DIM];
-    if (CH && warp == W) { /* the chain warp (bench/gdn_probe.cu --chains, H100 cycles: lambda's
-                            * exp, log1p, exp ~1940, beta's sigmoid ~480, silu ~660) */
+    if (CH && warp == W) { /* the chain warp (bench/gdn_probe.cu --chains, H100 cycles since
+                            * session 27: lambda's exp, log1p, exp ~1080, silu ~525) */
         pdl_wait_release();
         const size_t bh = (size_t)b * (size_t)a.n_v_head + (size_t)h;
         /* every lane the same pair (no divergence; the two chains interleave), lane 0 keeps it */
@@ -543,7 +543,7 @@ __global__ void __launch_bounds__(fast_threads(W, G *VEC), W == kFastWarpsLarge 
         const float o = delta_rows<VEC, G>(St, jb, k, q, uv, lambda, beta, cur);
         if (lane < G) {
             so[jb + lane] = o;
-            if (!LQK && g.split > 1) /* every CTA of head h gets the whole o_h */
+            if (push && g.split > 1) /* every CTA of head h gets the whole o_h */
                 for (int d = 0; d < g.split; d++)
                     if (d != sp)
                         push_async(&so[jb + lane], o, &mb[1], mi * g.split + d);

@@ -10,8 +10,8 @@
  * Invariants (per block, as quant.c): amax = fmaxf-reduction of |x| (order-free);
  * d = amax / 127 (IEEE RN; formed as (float)((double)amax * (1.0 / 127)), the same float for
  * every amax: the exact quotient is never within 2^-32 (relative) of a float rounding
- * boundary while the double product is within 2^-52 of it, and tests/test_quant.c checks all
- * 2^32 inputs; it takes the f32 division's latency off every producer's tail);
+ * boundary while the double product is within 2^-52 of it; tests/test_quant.c checks every
+ * amax >= 0, all 2^31 of them; it takes the f32 division's latency off every producer's tail);
  * q = 0 if d == 0, else roundf(x / d) with NaN -> 0 and a clamp to
  * [-127, 127]; stored d = fp16_RN(d); stored s = fp16_RN(v) where v is lane 0's value of the
  * butterfly v += v(lane ^ o), o = 16, 8, 4, 2, 1 (every lane holds the same bits because

@@ -1348,8 +1348,8 @@ START_TEST(test_gdn_step)
      *     b 12: no cluster; dv256-grouped b 40: 2 tasks per warp (the rest of the head
      *     prefetched into L2)
      *   <1,4,8>: 9b b 16 (1 and 2 steps), 27b b 16 (above, cluster 3): 4 warps, 4 tasks per
-     *     warp, the next one loaded during the current one, 3 conv items per thread (the first
-     *     with lambda and beta); 0.8b b 20: the same, no cluster
+     *     warp, the next one loaded during the current one, 3 conv items per thread (lambda
+     *     and beta after them); 0.8b b 20: the same, no cluster
      *   <2,8,4>: dk256 b 1 (above), b 2 (3 steps): split 2, cluster 4; dk256-dv128 b 1 (row
      *     alone): split 4, cluster 8
      *   <2,8,8>: dk256-dv128 b 16 (above): split 2; b 20, b 40: split 1, 2 tasks per warp;
