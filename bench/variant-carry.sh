@@ -2,15 +2,19 @@
 # variant-carry.sh — HERE: every build an in-tick A/B of kernel variants carries, from clean
 # worktrees, in one command (bench/device-variant.sh runs them THERE):
 #
-#   bench/variant-carry.sh PATCH [PATCH2]
+#   bench/variant-carry.sh PATCH [PATCH2 [PATCH3]]
 #
 #   .carry/bench       HEAD (committed state only: this tree's uncommitted changes are in no
 #                      build) — memra-bench, memra-forge and their libraries
 #   .carry/bench-alt   HEAD + PATCH, the same plus memra-gpu-ops-tests (the variant's op tests
 #                      run there against the CPU) and libsubunit
-#   .carry/bench-alt2  HEAD + PATCH2, likewise (only with PATCH2)
-#   .carry/probe/gdn-probe-{base,alt,alt2}
+#   .carry/bench-alt2  HEAD + PATCH2, likewise (only with PATCH2); .carry/bench-alt3 HEAD + PATCH3
+#   .carry/probe/gdn-probe-{base,alt,alt2,alt3}
 #                      bench/gdn_probe.cu of each (gdn_step.cu with the probe's marks)
+#
+# PACK=1 also packs every .carry/bench* and .carry/probe into .carry/pack/builds.tgz (a fifth
+# of their size; binaries compress well), which a call carries instead of the folders when
+# they exceed the 64 MiB a call carries; THERE `bench/variant-carry.sh unpack` restores them.
 #
 # PATCH: anything `git apply` takes (bench/variants/*.diff: their description before the
 # diff is skipped). The worktrees live under VARIANT_WT (default /tmp/memra-variant) and stay
@@ -23,8 +27,12 @@
 set -eu
 cd "$(dirname "$0")/.."
 root=$PWD
-if [ $# -lt 1 ] || [ $# -gt 2 ]; then
-  echo "usage: bench/variant-carry.sh PATCH [PATCH2]" >&2
+if [ "${1:-}" = unpack ]; then # THERE: the packed builds back into .carry/
+  tar -xzf "$root/.carry/pack/builds.tgz" -C "$root/.carry"
+  exit
+fi
+if [ $# -lt 1 ] || [ $# -gt 3 ]; then
+  echo "usage: bench/variant-carry.sh PATCH [PATCH2 [PATCH3]] | unpack" >&2
   exit 2
 fi
 for p in "$@"; do
@@ -57,9 +65,16 @@ build() {
 
 build base bench
 build alt bench-alt "$1"
-if [ $# -eq 2 ]; then
-  build alt2 bench-alt2 "$2"
-else
-  rm -rf "$root/.carry/bench-alt2" "$root/.carry/probe/gdn-probe-alt2"
-fi
+for i in 2 3; do
+  if [ $# -ge $i ]; then
+    build alt$i bench-alt$i "${!i}"
+  else
+    rm -rf "$root/.carry/bench-alt$i" "$root/.carry/probe/gdn-probe-alt$i"
+  fi
+done
 du -sh "$root"/.carry/bench* "$root/.carry/probe"
+if [ -n "${PACK:-}" ]; then
+  mkdir -p "$root/.carry/pack"
+  (cd "$root/.carry" && tar -czf pack/builds.tgz bench bench-alt* probe)
+  du -sh "$root/.carry/pack"
+fi
