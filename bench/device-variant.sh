@@ -60,7 +60,7 @@ done
 {
   [ -f "$out/probes.txt" ] && grep -a -v -E "^(gdn-probe:|medians|columns|  cycles)" "$out/probes.txt"
   grep -a -E "Checks:|rc=" "$out/ops-alt.log" 2>/dev/null
-  tail -n 30 "$out/hostab.txt"
+  tail -n 70 "$out/hostab.txt" # the sorted table: up to 4 builds x 2 rounds x 5 tiers
   for i in $(seq 1 "$n"); do
     sed -n "${i}p" "$work/extra.txt"
     grep -E '^ +[0-9]+ +[0-9]+ (graph|eager)' "$work/extra-$i.txt"
