@@ -35,9 +35,11 @@ done
 for spec in ${ROUND_CASES:-}; do
   b=${spec%%:*}
   for c in $(printf '%s' "${spec#*:}" | tr ',' ' '); do
+    # each case's own log first: a case that dies before its summary must not show the last one's
     env LD_LIBRARY_PATH="$root/.carry/$b/lib:/usr/local/cuda/lib64" CK_FORK=no CK_RUN_CASE="$c" \
-      timeout "${OPS_LIMIT:-120}" "$root/.carry/$b/bin/memra-gpu-ops-tests" >>"$out/ops.log" 2>&1
-    echo "memra-gpu-ops-tests ($b) $c: rc=$? $(grep -a 'Checks:' "$out/ops.log" | tail -1)" >>"$out/round.txt"
+      timeout "${OPS_LIMIT:-120}" "$root/.carry/$b/bin/memra-gpu-ops-tests" >"$out/case.log" 2>&1
+    echo "memra-gpu-ops-tests ($b) $c: rc=$? $(grep -a 'Checks:' "$out/case.log" | tail -1)" >>"$out/round.txt"
+    cat "$out/case.log" >>"$out/ops.log" && rm -f "$out/case.log"
   done
 done
 [ -n "$forge" ] && wait "$forge"

@@ -12,9 +12,9 @@
 #   .carry/probe/gdn-probe-{base,alt,alt2,alt3}
 #                      bench/gdn_probe.cu of each (gdn_step.cu with the probe's marks)
 #
-# PACK=1 also packs every .carry/bench* and .carry/probe into .carry/pack/builds.tgz (a fifth
-# of their size; binaries compress well), which a call carries instead of the folders when
-# they exceed the 64 MiB a call carries; THERE `bench/variant-carry.sh unpack` restores them.
+# PACK=1 also packs every .carry/bench* and .carry/probe into .carry/pack/builds.tgz (about
+# half their bytes: 39 MB for four builds and the probes, session 28), which a call carries
+# instead of the folders when they exceed the 64 MiB a call carries; THERE `bench/variant-carry.sh unpack` restores them.
 #
 # PATCH: anything `git apply` takes (bench/variants/*.diff: their description before the
 # diff is skipped). The worktrees live under VARIANT_WT (default /tmp/memra-variant) and stay
