@@ -1,12 +1,11 @@
 /*
  * xm_accuracy.c — kernels/exact_math.h's float wrappers (memra_x_expf, memra_x_sigmoidf,
- * memra_x_siluf, memra_x_softplusf, built on the short-latency memra_x_exp_short /
- * memra_x_div_short / memra_x_log1p_short) against the double-API formulas each one's comment
- * names, over EVERY float bit pattern (2^32; ~10 min on 2 cores, ~1 on 16), here, no GPU; and
- * memra_x_exp_short's relative error against libm. Exit status 1 when any float differs
- * (NaN results compare equal whatever their payload).
- *   cc -O2 -fopenmp -ffp-contract=off -I. bench/xm_accuracy.c -lm -o /tmp/xm-accuracy
- *   /tmp/xm-accuracy
+ * memra_x_siluf, memra_x_softplusf, memra_x_expf_seq, built on the short-latency
+ * memra_x_exp_fw / memra_x_exp_short / memra_x_div_short / memra_x_log1p_short) against the
+ * double-API formulas each one's comment names, over EVERY float bit pattern (2^32; ~10 min on 2
+ * cores, ~1 on 16), here, no GPU; and memra_x_exp_short's relative error against libm. Exit status
+ * 1 when any float differs (NaN results compare equal whatever their payload). cc -O2 -fopenmp
+ * -ffp-contract=off -I. bench/xm_accuracy.c -lm -o /tmp/xm-accuracy /tmp/xm-accuracy
  */
 #include <math.h>
 #include <stdint.h>
@@ -56,8 +55,8 @@ int main(void)
         "double e^x against libm, %ld samples (tests/test_ops.c bound 3e-16): max relative error "
         "memra_x_exp %.3g, memra_x_exp_short %.3g; the two differ in %.1f %% of them\n",
         n, worst_e, worst, 100.0 * (double)n_last / (double)n);
-    long nd[4] = {0, 0, 0, 0};
-#pragma omp parallel for reduction(+ : nd[:4]) schedule(static, 1 << 16)
+    long nd[5] = {0, 0, 0, 0, 0};
+#pragma omp parallel for reduction(+ : nd[:5]) schedule(static, 1 << 16)
     for (int64_t b = 0; b < (1ll << 32); b++) {
         const float x = bitsf((uint32_t)b);
         const double e = memra_x_exp(-(double)x);
@@ -66,10 +65,11 @@ int main(void)
         nd[2] += differ(memra_x_siluf(x), (float)((double)x / (1.0 + e)));
         nd[3] += differ(memra_x_softplusf(x),
                         x > 20.0f ? x : (float)memra_x_log1p(memra_x_exp((double)x)));
+        nd[4] += differ(memra_x_expf_seq(x), (float)memra_x_exp((double)x));
     }
-    const char *nm[4] = {"expf", "sigmoidf", "siluf", "softplusf"};
+    const char *nm[5] = {"expf", "sigmoidf", "siluf", "softplusf", "expf_seq"};
     printf("every float input (2^32), the wrapper against its double-API formula:\n");
-    for (int k = 0; k < 4; k++)
+    for (int k = 0; k < 5; k++)
         printf("  memra_x_%-10s differs for %ld inputs\n", nm[k], nd[k]);
-    return nd[0] + nd[1] + nd[2] + nd[3] ? 1 : 0;
+    return nd[0] + nd[1] + nd[2] + nd[3] + nd[4] ? 1 : 0;
 }

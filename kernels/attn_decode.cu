@@ -16,7 +16,7 @@
  *     the block scale), each lane holding its 8 * VPL dims of q and of the output
  *     accumulator in registers. Scores: per-lane fmaf partial dot, the xor butterfly over
  *     the LPK lanes, times scale. Online softmax per batch; the batch's HG * (U + 1) exps
- *     (memra_x_expf, f64 inside) are spread over the key's LPK lanes and broadcast by
+ *     (memra_x_expf_seq, f64 inside) are spread over the key's LPK lanes and broadcast by
  *     shuffle, so the f64 work stays off the critical path. Lane subgroups merge by
  *     butterfly (symmetric formula, so both partners hold the same bits), warps 0..3 in
  *     order (weights computed once per head, in shared memory). The partial
@@ -102,7 +102,10 @@ __device__ __forceinline__ float *partial(const memra_attn_decode_args &a, const
 }
 
 /* exp(m - M) as a merge weight: 0 for an empty accumulator (m = -inf). */
-__device__ __forceinline__ float merge_w(float m, float M) { return m == -INFINITY ? 0.0f : memra_x_expf(m - M); }
+__device__ __forceinline__ float merge_w(float m, float M)
+{
+    return m == -INFINITY ? 0.0f : memra_x_expf_seq(m - M);
+}
 
 /* ---------------------------------- cache entries ------------------------------------ */
 
@@ -306,7 +309,7 @@ __device__ __forceinline__ void batch_update(const memra_attn_decode_args &a,
 #pragma unroll
             for (int i = 0; i < C::NX; i++)
                 x = i == idx ? xa[i] : x;
-            xe[r] = memra_x_expf(x);
+            xe[r] = memra_x_expf_seq(x);
         }
         float pr[C::U][HG];
 #pragma unroll
@@ -535,7 +538,10 @@ constexpr int kGenDims = MEMRA_ATTN_MAX_HEAD_DIM / 32; /* dims per lane */
 
 /* memra_x_expf out of line: the scalar kernel keeps 64 floats of q and o live in registers
  * and the inlined f64 body would spill (same function, same bits). */
-__device__ __noinline__ float expf_call(float x) { return memra_x_expf(x); }
+__device__ __noinline__ float expf_call(float x)
+{
+    return memra_x_expf_seq(x);
+}
 
 template <int KV>
 __global__ void __launch_bounds__(kWarps * 32) attn_split_generic(memra_attn_decode_args a, attn_geom g)

@@ -258,22 +258,20 @@ MEMRA_XM void memra_x_sincos(double x, double *sn, double *cs)
  * with memra_x_div_short (the reciprocal form below is shorter still); a dependent f64 fma is
  * ~7.5 cycles, an f32 -> f64 -> f32 round trip ~40. */
 
-/* e^x: k = nearest(x log2 e) as (x log2 e + 1.5 * 2^52) - 1.5 * 2^52 (one fma and a subtract:
- * no rint on the chain; k's conversion to int runs beside the polynomial), r as memra_x_exp,
- * the same degree-13 polynomial as e^r = 1 + (r + r^2 h(r)) (the large terms added last) with
- * h's even and odd coefficients in two chains (depth 7 after r instead of 14; a full Estrin
- * tree is shorter still but holds enough doubles at once to spill attn_decode's registers). */
-MEMRA_XM double memra_x_exp_short(double x)
+/* e^c's reduction and polynomial for |c| small enough that k = nearest(c log2 e) scales in one
+ * step (caller's part): k = (c log2 e + 1.5 * 2^52) - 1.5 * 2^52 (one fma and a subtract: no
+ * rint on the chain; k's conversion to int runs beside the polynomial), r as memra_x_exp, the
+ * same degree-13 polynomial as e^r = 1 + (r + r^2 h(r)) (the large terms added last) with h's
+ * even and odd coefficients in two chains (depth 7 after r instead of 14; a full Estrin tree is
+ * shorter still but holds enough doubles at once to spill attn_decode's registers). */
+MEMRA_XM double memra_x_exp_poly(double c, int *ki)
 {
-    double sp;
-    if (memra_x_exp_special(x, &sp))
-        return sp;
     const double shifter = 6755399441055744.0; /* 1.5 * 2^52 */
     const double ln2_hi = 6.93147180369123816490e-01, ln2_lo = 1.90821492927058770002e-10;
-    const double t = fma(x, 1.44269504088896338700e+00, shifter);
+    const double t = fma(c, 1.44269504088896338700e+00, shifter);
     const double k = t - shifter;
-    const int ki = (int)k;
-    double r = fma(-k, ln2_hi, x);
+    *ki = (int)k;
+    double r = fma(-k, ln2_hi, c);
     r = fma(-k, ln2_lo, r);
     /* h = 1/2! + r/3! + ... + r^11/13! as its even and odd halves, two Horner chains in r^2 */
     const double r2 = r * r;
@@ -289,8 +287,38 @@ MEMRA_XM double memra_x_exp_short(double x)
     ev = fma(ev, r2, 0.5);
     od = fma(od, r2, 1.0 / 6.0);
     const double h = fma(r, od, ev);
-    const double p = 1.0 + fma(r2, h, r);
+    return 1.0 + fma(r2, h, r);
+}
+
+/* e^x for any double: memra_x_exp's special cases and two-step scaling around the short
+ * polynomial. */
+MEMRA_XM double memra_x_exp_short(double x)
+{
+    double sp;
+    if (memra_x_exp_special(x, &sp))
+        return sp;
+    int ki;
+    const double p = memra_x_exp_poly(x, &ki);
     return memra_x_scale2(p, ki);
+}
+
+/* e^t for the float wrappers, whose t is +-(double) of a float: without branches. t is
+ * clamped into [-110, 709] for the polynomial, so k lies in [-159, 1023] and 2^k scales in one
+ * exact step. Below -110, e^t < 2^-158 leaves every wrapper's float result as the clamped
+ * bound gives it: float +0 (expf), 1 + e^t = 1 (sigmoid, silu), ln(1 + e^t) = e^t -> +0
+ * (softplus). Above 709 the result is t 2^1000 instead: finite and > 2^1009 for finite t, so
+ * expf overflows to inf and 1 / (1 + e) (sigmoid) and x / (1 + e) (silu, |x| < 2^128) round to
+ * float zeros of the same sign as with e^t; inf for t = inf (silu(-inf) stays -inf * 0 = NaN)
+ * and NaN for NaN, as memra_x_exp_special. Checked over all 2^32 floats by
+ * bench/xm_accuracy.c. */
+MEMRA_XM double memra_x_exp_fw(double t)
+{
+    double c = t < 709.0 ? t : 709.0; /* NaN -> 709: not used */
+    c = c > -110.0 ? c : -110.0;
+    int ki;
+    const double p = memra_x_exp_poly(c, &ki);
+    const double e = p * memra_x_pow2i(ki);
+    return t <= 709.0 ? e : t * memra_x_pow2i(1000);
 }
 
 /* n / d for d = md 2^e > 0, |e| <= 1000, n 2^-e normal or zero: the linear minimax seed of
@@ -332,6 +360,15 @@ MEMRA_XM double memra_x_log1p_short(double x)
 /* (float)memra_x_exp((double)x) */
 MEMRA_XM float memra_x_expf(float x)
 {
+    return (float)memra_x_exp_fw((double)x);
+}
+
+/* memra_x_expf by memra_x_exp_short, whose range checks are branches: the same float for
+ * every input. For loops of independent exps under register pressure (attention's batch
+ * softmax): the branches keep the compiler from interleaving them, where the branch-free form
+ * spills three of attention's split kernels. */
+MEMRA_XM float memra_x_expf_seq(float x)
+{
     return (float)memra_x_exp_short((double)x);
 }
 
@@ -340,7 +377,7 @@ MEMRA_XM float memra_x_expf(float x)
  * an H100 against ~150 for memra_x_div_short). */
 MEMRA_XM float memra_x_sigmoidf(float x)
 {
-    return (float)(1.0 / (1.0 + memra_x_exp_short(-(double)x)));
+    return (float)(1.0 / (1.0 + memra_x_exp_fw(-(double)x)));
 }
 
 /* x / (1 + e^-x), rounded once: (float)((double)x / (1.0 + memra_x_exp(-(double)x))), formed
@@ -348,14 +385,14 @@ MEMRA_XM float memra_x_sigmoidf(float x)
  * division took ~240 cycles): the same float for every input (bench/xm_accuracy.c). */
 MEMRA_XM float memra_x_siluf(float x)
 {
-    return (float)((double)x * (1.0 / (1.0 + memra_x_exp_short(-(double)x))));
+    return (float)((double)x * (1.0 / (1.0 + memra_x_exp_fw(-(double)x))));
 }
 
 /* ln(1 + e^x); x for x > 20 (the float result is x there):
  * (float)memra_x_log1p(memra_x_exp((double)x)). */
 MEMRA_XM float memra_x_softplusf(float x)
 {
-    return x > 20.0f ? x : x != x ? x : (float)memra_x_log1p_short(memra_x_exp_short((double)x));
+    return x > 20.0f ? x : x != x ? x : (float)memra_x_log1p_short(memra_x_exp_fw((double)x));
 }
 
 #undef MEMRA_XM

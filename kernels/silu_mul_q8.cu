@@ -61,7 +61,12 @@ __global__ void exact_math_eval_kernel(int fn, const double *x, const double *y,
     case MEMRA_XM_EXPF: r = (double)memra_x_expf((float)v); break;
     case MEMRA_XM_SIGMOIDF: r = (double)memra_x_sigmoidf((float)v); break;
     case MEMRA_XM_SILUF: r = (double)memra_x_siluf((float)v); break;
-    default: r = (double)memra_x_softplusf((float)v); break;
+    case MEMRA_XM_SOFTPLUSF:
+        r = (double)memra_x_softplusf((float)v);
+        break;
+    default:
+        r = (double)memra_x_expf_seq((float)v);
+        break;
     }
     out[i] = r;
 }

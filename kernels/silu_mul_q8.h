@@ -67,6 +67,7 @@ enum {
     MEMRA_XM_SIGMOIDF,
     MEMRA_XM_SILUF,
     MEMRA_XM_SOFTPLUSF,
+    MEMRA_XM_EXPF_SEQ,
     MEMRA_XM_COUNT
 };
 /* Device pointers x, y (read only for POW, DIV_N), out [n]; synchronous (default stream). MEMRA_OK,

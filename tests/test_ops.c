@@ -292,12 +292,13 @@ static int xm_same(float a, float b)
 static void xm_check_wrappers(float x)
 {
     const double e = memra_x_exp(-(double)x);
-    const float want[4] = {(float)memra_x_exp((double)x), (float)(1.0 / (1.0 + e)),
+    const float want[5] = {(float)memra_x_exp((double)x), (float)(1.0 / (1.0 + e)),
                            (float)((double)x / (1.0 + e)),
-                           x > 20.0f ? x : (float)memra_x_log1p(memra_x_exp((double)x))};
-    const float got[4] = {memra_x_expf(x), memra_x_sigmoidf(x), memra_x_siluf(x),
-                          memra_x_softplusf(x)};
-    for (int k = 0; k < 4; k++)
+                           x > 20.0f ? x : (float)memra_x_log1p(memra_x_exp((double)x)),
+                           (float)memra_x_exp((double)x)};
+    const float got[5] = {memra_x_expf(x), memra_x_sigmoidf(x), memra_x_siluf(x),
+                          memra_x_softplusf(x), memra_x_expf_seq(x)};
+    for (int k = 0; k < 5; k++)
         ck_assert_msg(xm_same(got[k], want[k]), "x %a: wrapper %d gives %a, its formula %a",
                       (double)x, k, (double)got[k], (double)want[k]);
 }
@@ -314,7 +315,9 @@ START_TEST(test_exact_math_short)
                            -NAN,          20.0f,      0x1.000002p4f, -693.0f,       -693.2f,
                            -693.15f,      -745.0f,    -103.97f,      88.72f,        88.73f,
                            0x1p-149f,     -0x1p-149f, 0x1p-126f,     3.4028235e38f, -3.4028235e38f,
-                           -0x1.62e43p9f, -0x1.5p9f};
+                           -0x1.62e43p9f, -0x1.5p9f,  -110.0f,       -109.99f,      110.0f,
+                           110.01f,       709.0f,     709.0001f,     -709.0f,       -709.0001f,
+                           709.78f,       -709.78f,   1e10f,         -1e10f,        0x1p24f};
     for (size_t i = 0; i < sizeof edges / sizeof edges[0]; i++)
         xm_check_wrappers(edges[i]);
     /* the double pieces: the division against IEEE where its result is exact or its range edge;

@@ -1669,7 +1669,10 @@ static double xm_cpu(int fn, double x, double y)
     case MEMRA_XM_EXPF: return (double)memra_x_expf((float)x);
     case MEMRA_XM_SIGMOIDF: return (double)memra_x_sigmoidf((float)x);
     case MEMRA_XM_SILUF: return (double)memra_x_siluf((float)x);
-    default: return (double)memra_x_softplusf((float)x);
+    case MEMRA_XM_SOFTPLUSF:
+        return (double)memra_x_softplusf((float)x);
+    default:
+        return (double)memra_x_expf_seq((float)x);
     }
 }
 
@@ -1678,10 +1681,32 @@ static double xm_u01(tu_rng *r) { return (double)(tu_rng_u64(r) >> 11) * 0x1p-53
 /* Input i of function fn (y: pow's exponent, div_n's n). */
 static double xm_input(int fn, size_t i, tu_rng *r, double *y)
 {
-    static const double sp[] = {0.0, -0.0, INFINITY, -INFINITY, NAN, 1.0, -1.0, 4.9406564584124654e-324,
-                                2.2250738585072014e-308, 709.782712893384, 709.7827128933839, -745.1332191019411,
-                                -745.1332191019412, -708.3964185322641, 88.72283935546875, -103.97208404541016,
-                                20.0, 1.5707963267948966, 3.141592653589793, 1.6e6};
+    static const double sp[] = {0.0,
+                                -0.0,
+                                INFINITY,
+                                -INFINITY,
+                                NAN,
+                                1.0,
+                                -1.0,
+                                4.9406564584124654e-324,
+                                2.2250738585072014e-308,
+                                709.782712893384,
+                                709.7827128933839,
+                                -745.1332191019411,
+                                -745.1332191019412,
+                                -708.3964185322641,
+                                88.72283935546875,
+                                -103.97208404541016,
+                                20.0,
+                                1.5707963267948966,
+                                3.141592653589793,
+                                1.6e6,
+                                709.0,
+                                -709.0,
+                                -110.0,
+                                110.0,
+                                1e10,
+                                -1e10};
     *y = (2 * xm_u01(r) - 1) * 20;
     if (fn == MEMRA_XM_DIV_N) { /* n: powers of two 1 .. 2^30 and other integers; x: any bits */
         const uint64_t k = tu_rng_u64(r);
@@ -1717,9 +1742,9 @@ START_TEST(test_exact_math_gpu)
     double *x = halloc(n * sizeof *x), *y = halloc(n * sizeof *y), *want = halloc(n * sizeof *want);
     double *got = halloc(n * sizeof *got), *dx = dalloc(n * sizeof *dx), *dy = dalloc(n * sizeof *dy);
     double *dout = dalloc(n * sizeof *dout);
-    static const char *const names[MEMRA_XM_COUNT] = {"exp",      "log",   "log1p",    "pow",
-                                                      "sin",      "cos",   "div_n",    "expf",
-                                                      "sigmoidf", "siluf", "softplusf"};
+    static const char *const names[MEMRA_XM_COUNT] = {"exp",      "log",   "log1p",     "pow",
+                                                      "sin",      "cos",   "div_n",     "expf",
+                                                      "sigmoidf", "siluf", "softplusf", "expf_seq"};
     for (int fn = 0; fn < MEMRA_XM_COUNT; fn++) {
         for (size_t i = 0; i < n; i++) {
             x[i] = xm_input(fn, i, &r, &y[i]);
