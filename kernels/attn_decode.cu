@@ -16,8 +16,9 @@
  *     the block scale), each lane holding its 8 * VPL dims of q and of the output
  *     accumulator in registers. Scores: per-lane fmaf partial dot, the xor butterfly over
  *     the LPK lanes, times scale. Online softmax per batch; the batch's HG * (U + 1) exps
- *     (memra_x_expf_seq, f64 inside) are spread over the key's LPK lanes and broadcast by
- *     shuffle, so the f64 work stays off the critical path. Lane subgroups merge by
+ *     (memra_x_expf, or memra_x_expf_seq where that spills: split_exp_seq; f64 inside)
+ *     are spread over the key's LPK lanes and broadcast by shuffle, so the f64 work stays
+ *     off the critical path. Lane subgroups merge by
  *     butterfly (symmetric formula, so both partners hold the same bits), warps 0..3 in
  *     order (weights computed once per head, in shared memory). The partial
  *     (o unnormalised, m, l) goes to scratch [b][i][s][head_dim + 2]; an empty split writes
@@ -247,15 +248,30 @@ __device__ __forceinline__ void merge_acc(float &m, float &l, float *o, float m2
     m = M;
 }
 
+/* The instantiations whose batch exps keep the sequenced memra_x_expf_seq: with the
+ * branch-free memra_x_expf (the same bits, ~200 cycles a dependent call on the H100 against
+ * ~370) ptxas interleaves the batch's exps and spills these 4-16 bytes (CUDA 13.0, ptxas -v);
+ * every other instantiation takes the branch-free form without a spill. The build fails on any
+ * spill (cmake/cudakernels.cmake), so a compiler that spills another stops the build and that
+ * instantiation joins the list. */
+template <int DH, int HG, int KV, bool A8, bool PF> struct split_exp_seq {
+    static constexpr bool F16 = KV == MEMRA_QT_F16, Q8 = KV == MEMRA_QT_Q8_0;
+    static constexpr bool value =
+        (DH == 128 && HG == 1 && F16 && !PF) || (DH == 128 && HG == 1 && Q8 && A8 && !PF) ||
+        (DH == 256 && HG == 1 && F16 && PF) || (DH == 256 && HG == 4 && F16 && !PF) ||
+        (DH == 512 && HG == 1 && F16 && PF) || (DH == 512 && HG == 4 && Q8 && A8 && PF);
+};
+
 /* One batch of keys (raw kr / vr, validity ok) folded into the online-softmax state
- * (m, l, o) of this lane's subgroup. */
-template <int DH, int HG, int KV, bool A8>
-__device__ __forceinline__ void batch_update(const memra_attn_decode_args &a,
-                                             const kv8<KV, A8> (&kr)[split_cfg<DH, HG>::U][split_cfg<DH, HG>::VPL],
-                                             const kv8<KV, A8> (&vr)[split_cfg<DH, HG>::U][split_cfg<DH, HG>::VPL],
-                                             const bool (&ok)[split_cfg<DH, HG>::U],
-                                             const float (&q)[HG][split_cfg<DH, HG>::NE], float (&m)[HG],
-                                             float (&l)[HG], float (&o)[HG][split_cfg<DH, HG>::NE])
+ * (m, l, o) of this lane's subgroup. SEQ: the batch's exps by memra_x_expf_seq
+ * (split_exp_seq), else by memra_x_expf; the same bits either way. */
+template <int DH, int HG, int KV, bool A8, bool SEQ>
+__device__ __forceinline__ void
+batch_update(const memra_attn_decode_args &a,
+             const kv8<KV, A8> (&kr)[split_cfg<DH, HG>::U][split_cfg<DH, HG>::VPL],
+             const kv8<KV, A8> (&vr)[split_cfg<DH, HG>::U][split_cfg<DH, HG>::VPL],
+             const bool (&ok)[split_cfg<DH, HG>::U], const float (&q)[HG][split_cfg<DH, HG>::NE],
+             float (&m)[HG], float (&l)[HG], float (&o)[HG][split_cfg<DH, HG>::NE])
 {
     using C = split_cfg<DH, HG>;
     {
@@ -309,7 +325,7 @@ __device__ __forceinline__ void batch_update(const memra_attn_decode_args &a,
 #pragma unroll
             for (int i = 0; i < C::NX; i++)
                 x = i == idx ? xa[i] : x;
-            xe[r] = memra_x_expf_seq(x);
+            xe[r] = SEQ ? memra_x_expf_seq(x) : memra_x_expf(x);
         }
         float pr[C::U][HG];
 #pragma unroll
@@ -385,7 +401,8 @@ split_scan(const memra_attn_decode_args &a, const u8 *kb, const u8 *vb, u64 tstr
         bool ok[C::U];
         /* all U keys in flight at once */
         load_batch<DH, HG, KV, A8, PF>(kb, vb, tstride, base, t1, pf * step, kr, vr, ok);
-        batch_update<DH, HG, KV, A8>(a, kr, vr, ok, q, m, l, o);
+        batch_update<DH, HG, KV, A8, split_exp_seq<DH, HG, KV, A8, PF>::value>(a, kr, vr, ok, q, m,
+                                                                               l, o);
     }
 }
 
