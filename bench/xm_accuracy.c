@@ -4,8 +4,9 @@
  * memra_x_exp_fw / memra_x_exp_short / memra_x_div_short / memra_x_log1p_short) against the
  * double-API formulas each one's comment names, over EVERY float bit pattern (2^32; ~10 min on 2
  * cores, ~1 on 16), here, no GPU; and memra_x_exp_short's relative error against libm. Exit status
- * 1 when any float differs (NaN results compare equal whatever their payload). cc -O2 -fopenmp
- * -ffp-contract=off -I. bench/xm_accuracy.c -lm -o /tmp/xm-accuracy /tmp/xm-accuracy
+ * 1 when any float differs (NaN results compare equal whatever their payload).
+ *   cc -O2 -fopenmp -ffp-contract=off -I. bench/xm_accuracy.c -lm -o /tmp/xm-accuracy
+ *   /tmp/xm-accuracy
  */
 #include <math.h>
 #include <stdint.h>

@@ -553,7 +553,7 @@ template <int KV> __device__ __forceinline__ float kv_elem(const u8 *entry, int 
 
 constexpr int kGenDims = MEMRA_ATTN_MAX_HEAD_DIM / 32; /* dims per lane */
 
-/* memra_x_expf out of line: the scalar kernel keeps 64 floats of q and o live in registers
+/* memra_x_expf_seq out of line: the scalar kernel keeps 64 floats of q and o live in registers
  * and the inlined f64 body would spill (same function, same bits). */
 __device__ __noinline__ float expf_call(float x)
 {

@@ -89,7 +89,7 @@ static __device__ __forceinline__ float warp_max_f32(float v)
 }
 
 /* Sum over the block: warp butterflies, then warp 0 sums the per-warp values (in warp
- * order, by butterfly). red: >= 32 doubles of shared memory. Every thread returns the same
+ * order, by butterfly). red: >= 33 doubles of shared memory. Every thread returns the same
  * bits. Called by all threads of the block. */
 static __device__ double block_sum_f64(double v, double *red)
 {

@@ -306,11 +306,11 @@ MEMRA_XM double memra_x_exp_short(double x)
  * clamped into [-110, 709] for the polynomial, so k lies in [-159, 1023] and 2^k scales in one
  * exact step. Below -110, e^t < 2^-158 leaves every wrapper's float result as the clamped
  * bound gives it: float +0 (expf), 1 + e^t = 1 (sigmoid, silu), ln(1 + e^t) = e^t -> +0
- * (softplus). Above 709 the result is t 2^1000 instead: finite and > 2^1009 for finite t, so
+ * (softplus). Above 709 the result is t 2^1000 instead: > 2^1009 (inf from t >= 2^24), so
  * expf overflows to inf and 1 / (1 + e) (sigmoid) and x / (1 + e) (silu, |x| < 2^128) round to
  * float zeros of the same sign as with e^t; inf for t = inf (silu(-inf) stays -inf * 0 = NaN)
- * and NaN for NaN, as memra_x_exp_special. Checked over all 2^32 floats by
- * bench/xm_accuracy.c. */
+ * and NaN for NaN, as memra_x_exp_special (NaN payloads and signs aside). Checked over all
+ * 2^32 floats by bench/xm_accuracy.c. */
 MEMRA_XM double memra_x_exp_fw(double t)
 {
     double c = t < 709.0 ? t : 709.0; /* NaN -> 709: not used */
@@ -366,7 +366,7 @@ MEMRA_XM float memra_x_expf(float x)
 /* memra_x_expf by memra_x_exp_short, whose range checks are branches: the same float for
  * every input. For loops of independent exps under register pressure (attention's batch
  * softmax): the branches keep the compiler from interleaving them, where the branch-free form
- * spills three of attention's split kernels. */
+ * spills six of attention's split kernels (attn_decode.cu split_exp_seq). */
 MEMRA_XM float memra_x_expf_seq(float x)
 {
     return (float)memra_x_exp_short((double)x);

@@ -279,11 +279,11 @@ START_TEST(test_exact_math_floats)
 }
 END_TEST
 
-/* Each float wrapper runs the short-latency sequences (memra_x_exp_short, memra_x_div_short,
- * memra_x_log1p_short) and must give the bits of the double-API formula its comment names, for
- * every float: bench/xm_accuracy.c checks all 2^32 (minutes); here every 1021st bit pattern
- * (4.2M, all exponents and signs, NaN / inf / subnormals included) plus the edges of the
- * fallbacks. NaN results compare equal whatever their payload. */
+/* Each float wrapper runs the short-latency sequences (memra_x_exp_fw, or memra_x_exp_short for
+ * memra_x_expf_seq; memra_x_div_short, memra_x_log1p_short) and must give the bits of the
+ * double-API formula its comment names, for every float: bench/xm_accuracy.c checks all 2^32
+ * (minutes); here every 1021st bit pattern (4.2M, all exponents and signs, NaN / inf / subnormals
+ * included) plus the edges of the fallbacks. NaN results compare equal whatever their payload. */
 static int xm_same(float a, float b)
 {
     return memcmp(&a, &b, 4) == 0 || (a != a && b != b);
