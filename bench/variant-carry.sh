@@ -14,7 +14,8 @@
 #
 # PACK=1 also packs every .carry/bench* and .carry/probe into .carry/pack/builds.tgz (about
 # half their bytes: 39 MB for four builds and the probes, session 28), which a call carries
-# instead of the folders when they exceed the 64 MiB a call carries; THERE `bench/variant-carry.sh unpack` restores them.
+# instead of the folders when they exceed the 64 MiB a call carries; THERE
+# `bench/variant-carry.sh unpack` restores them.
 #
 # PATCH: anything `git apply` takes (bench/variants/*.diff: their description before the
 # diff is skipped). The worktrees live under VARIANT_WT (default /tmp/memra-variant) and stay

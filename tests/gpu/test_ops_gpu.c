@@ -1681,32 +1681,13 @@ static double xm_u01(tu_rng *r) { return (double)(tu_rng_u64(r) >> 11) * 0x1p-53
 /* Input i of function fn (y: pow's exponent, div_n's n). */
 static double xm_input(int fn, size_t i, tu_rng *r, double *y)
 {
-    static const double sp[] = {0.0,
-                                -0.0,
-                                INFINITY,
-                                -INFINITY,
-                                NAN,
-                                1.0,
-                                -1.0,
-                                4.9406564584124654e-324,
-                                2.2250738585072014e-308,
-                                709.782712893384,
-                                709.7827128933839,
-                                -745.1332191019411,
-                                -745.1332191019412,
-                                -708.3964185322641,
-                                88.72283935546875,
-                                -103.97208404541016,
-                                20.0,
-                                1.5707963267948966,
-                                3.141592653589793,
-                                1.6e6,
-                                709.0,
-                                -709.0,
-                                -110.0,
-                                110.0,
-                                1e10,
-                                -1e10};
+    /* clang-format off */
+    static const double sp[] = {0.0, -0.0, INFINITY, -INFINITY, NAN, 1.0, -1.0, 4.9406564584124654e-324,
+                                2.2250738585072014e-308, 709.782712893384, 709.7827128933839, -745.1332191019411,
+                                -745.1332191019412, -708.3964185322641, 88.72283935546875, -103.97208404541016,
+                                20.0, 1.5707963267948966, 3.141592653589793, 1.6e6,
+                                709.0, -709.0, -110.0, 110.0, 1e10, -1e10}; /* memra_x_exp_fw's clamp and tail */
+    /* clang-format on */
     *y = (2 * xm_u01(r) - 1) * 20;
     if (fn == MEMRA_XM_DIV_N) { /* n: powers of two 1 .. 2^30 and other integers; x: any bits */
         const uint64_t k = tu_rng_u64(r);
