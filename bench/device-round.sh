@@ -5,7 +5,9 @@
 # "attn-probe gdn-probe-base:--chains,--iters,50": NAME:ARGS passes ARGS, commas as spaces) and the op cases
 # of each variant (ROUND_CASES, e.g. "bench-alt:attn_decode bench-alt3:exact_math,gdn_step":
 # memra-gpu-ops-tests of that build, every shape against the CPU, memcmp), then waits for the
-# forge. The second call, on the same machine (the forge and the unpacked builds stay):
+# forge. ROUND_SANITIZE=racecheck (or memcheck, ...) also runs each case under
+# compute-sanitizer with that tool where the device has it (SANITIZE_LIMIT s each, default 90).
+# The second call, on the same machine (the forge and the unpacked builds stay):
 # `VARIANT_CASE= HOSTAB_BUILDS="bench bench-alt ..." bench/device-variant.sh` (the A/B).
 # What comes back in $OUT: round.txt (GPU, probes, cases' verdicts), probes.txt, ops.log.
 set -u
@@ -39,6 +41,17 @@ for spec in ${ROUND_CASES:-}; do
     env LD_LIBRARY_PATH="$root/.carry/$b/lib:/usr/local/cuda/lib64" CK_FORK=no CK_RUN_CASE="$c" \
       timeout "${OPS_LIMIT:-120}" "$root/.carry/$b/bin/memra-gpu-ops-tests" >"$out/case.log" 2>&1
     echo "memra-gpu-ops-tests ($b) $c: rc=$? $(grep -a 'Checks:' "$out/case.log" | tail -1)" >>"$out/round.txt"
+    cat "$out/case.log" >>"$out/ops.log" && rm -f "$out/case.log"
+    [ -n "${ROUND_SANITIZE:-}" ] || continue
+    cs=$(command -v compute-sanitizer) || cs=/usr/local/cuda/bin/compute-sanitizer
+    if [ ! -x "$cs" ]; then
+      echo "compute-sanitizer: not on this device" >>"$out/round.txt"
+      continue
+    fi
+    env LD_LIBRARY_PATH="$root/.carry/$b/lib:/usr/local/cuda/lib64" CK_FORK=no CK_RUN_CASE="$c" \
+      timeout "${SANITIZE_LIMIT:-90}" "$cs" --tool "$ROUND_SANITIZE" --print-limit 20 \
+      "$root/.carry/$b/bin/memra-gpu-ops-tests" >"$out/case.log" 2>&1
+    echo "$ROUND_SANITIZE ($b) $c: rc=$? $(grep -a 'ERROR SUMMARY' "$out/case.log" | tail -1)" >>"$out/round.txt"
     cat "$out/case.log" >>"$out/ops.log" && rm -f "$out/case.log"
   done
 done
