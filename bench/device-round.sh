@@ -6,7 +6,8 @@
 # of each variant (ROUND_CASES, e.g. "bench-alt:attn_decode bench-alt3:exact_math,gdn_step":
 # memra-gpu-ops-tests of that build, every shape against the CPU, memcmp), then waits for the
 # forge. ROUND_SANITIZE=racecheck (or memcheck, ...) also runs each case under
-# compute-sanitizer with that tool where the device has it (SANITIZE_LIMIT s each, default 90).
+# compute-sanitizer with that tool where the device has it, or from .carry/san
+# (bench/sanitizer-carry.sh; SANITIZE_LIMIT s each, default 90).
 # The second call, on the same machine (the forge and the unpacked builds stay):
 # `VARIANT_CASE= HOSTAB_BUILDS="bench bench-alt ..." bench/device-variant.sh` (the A/B).
 # What comes back in $OUT: round.txt (GPU, probes, cases' verdicts), probes.txt, ops.log.
@@ -43,7 +44,8 @@ for spec in ${ROUND_CASES:-}; do
     echo "memra-gpu-ops-tests ($b) $c: rc=$? $(grep -a 'Checks:' "$out/case.log" | tail -1)" >>"$out/round.txt"
     cat "$out/case.log" >>"$out/ops.log" && rm -f "$out/case.log"
     [ -n "${ROUND_SANITIZE:-}" ] || continue
-    cs=$(command -v compute-sanitizer) || cs=/usr/local/cuda/bin/compute-sanitizer
+    cs=$(command -v compute-sanitizer) || cs=$root/.carry/san/compute-sanitizer
+    [ -x "$cs" ] || cs=/usr/local/cuda/bin/compute-sanitizer
     if [ ! -x "$cs" ]; then
       echo "compute-sanitizer: not on this device" >>"$out/round.txt"
       continue
