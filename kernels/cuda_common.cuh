@@ -88,46 +88,49 @@ static __device__ __forceinline__ float warp_max_f32(float v)
     return v;
 }
 
-/* Sum over the block: warp butterflies, then warp 0 sums the per-warp values (in warp
- * order, by butterfly). red: >= 33 doubles of shared memory. Every thread returns the same
- * bits. Called by all threads of the block. */
-static __device__ double block_sum_f64(double v, double *red)
+static __device__ __forceinline__ double warp_sum(double v)
+{
+    return warp_sum_f64(v);
+}
+static __device__ __forceinline__ float warp_sum(float v)
+{
+    return warp_sum_f32(v);
+}
+
+/* Sum over the block: warp butterflies, then a butterfly over the per-warp values in warp
+ * order. Every warp forms that last butterfly itself from the same values, so every thread
+ * returns the same bits (a + b == b + a exactly) without a second barrier and broadcast.
+ * red: >= 32 values of shared memory. Called by all threads of the block. This form leaves
+ * red busy (one barrier in all): for a red that is never written again in the kernel. */
+template <typename T> static __device__ T block_sum_last(T v, T *red)
 {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
-    v = warp_sum_f64(v);
+    v = warp_sum(v);
     if (lane == 0)
         red[warp] = v;
     __syncthreads();
-    if (warp == 0) {
-        double w = lane < nw ? red[lane] : 0.0;
-        w = warp_sum_f64(w);
-        if (lane == 0)
-            red[32] = w;
-    }
-    __syncthreads();
-    const double r = red[32];
-    __syncthreads();
+    return warp_sum(lane < nw ? red[lane] : (T)0);
+}
+
+/* The same sum, red free again when it returns (two barriers). */
+template <typename T> static __device__ T block_sum(T v, T *red)
+{
+    const T r = block_sum_last(v, red);
+    __syncthreads(); /* red may be written again */
     return r;
 }
 
-/* Same for f32 sums (red: >= 33 floats). */
+static __device__ double block_sum_f64_last(double v, double *red)
+{
+    return block_sum_last(v, red);
+}
+static __device__ double block_sum_f64(double v, double *red)
+{
+    return block_sum(v, red);
+}
 static __device__ float block_sum_f32(float v, float *red)
 {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
-    v = warp_sum_f32(v);
-    if (lane == 0)
-        red[warp] = v;
-    __syncthreads();
-    if (warp == 0) {
-        float w = lane < nw ? red[lane] : 0.0f;
-        w = warp_sum_f32(w);
-        if (lane == 0)
-            red[32] = w;
-    }
-    __syncthreads();
-    const float r = red[32];
-    __syncthreads();
-    return r;
+    return block_sum(v, red);
 }
 
 /* fmaxf over the block (order-free: fmaxf is commutative and associative on non-NaN). */

@@ -4,8 +4,8 @@
  *
  * One CTA of MEMRA_RMS_NORM_Q8_THREADS (1024) threads per row. The sum of squares is
  * accumulated in f64 (each x^2 is exact in f64) in the canonical order of the header:
- * thread-strided partial sums, then block_sum_f64 (warp butterflies, then a butterfly over
- * the 32 warp sums); the CPU reference emulates that order exactly (kref_rms_scale_blk), so
+ * thread-strided partial sums, then block_sum_f64_last (warp butterflies, then a butterfly
+ * over the 32 warp sums); the CPU reference emulates that order exactly (kref_rms_scale_blk), so
  * ss, the scale, every y and every q8_1 byte are bit-identical. Everything after the sum is
  * the reference's f32 sequence, and the q8_1 blocks come from the shared warp quantizer.
  * Must not: depend on b (one CTA per row, fixed blockDim); change kThreads or the reduction
@@ -18,7 +18,8 @@
 namespace {
 
 constexpr int kThreads = MEMRA_RMS_NORM_Q8_THREADS; /* part of the summation order */
-static_assert(kThreads % 32 == 0 && kThreads <= 1024, "block_sum_f64: whole warps, at most 32");
+static_assert(kThreads % 32 == 0 && kThreads <= 1024,
+              "block_sum_f64_last: whole warps, at most 32");
 
 /* Elements per thread kept in registers between the sum and the quantization (n up to
  * kMaxPer * kThreads); wider rows read x again. Thread t's elements j = t + kThreads i are
@@ -29,7 +30,7 @@ static_assert(kThreads == 1024, "the register path pairs sum terms with quantize
 
 __global__ void __launch_bounds__(kThreads) rms_norm_q8_kernel(memra_rms_norm_q8_args a)
 {
-    __shared__ double red[33];
+    __shared__ double red[32];
     const int b = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const float *x = a.x + (size_t)b * (size_t)a.n; /* [n] */
     const bool regs = a.n <= kMaxPer * kThreads;
@@ -59,7 +60,7 @@ __global__ void __launch_bounds__(kThreads) rms_norm_q8_kernel(memra_rms_norm_q8
         for (int j = threadIdx.x; j < a.n; j += kThreads)
             ss += (double)x[j] * (double)x[j];
     }
-    ss = block_sum_f64(ss, red);
+    ss = block_sum_f64_last(ss, red);                 /* red's only use */
     const float mean = (float)memra_x_div_n(ss, a.n); /* = ss / (double)n, the same bits */
     const float scale = 1.0f / sqrtf(mean + a.eps); /* eps inside the sqrt, added to the mean */
     const int nblk = a.n / 32;

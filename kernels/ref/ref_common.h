@@ -6,10 +6,11 @@
  *       for o = 16, 8, 4, 2, 1: v[l] = v[l] + v[l + o] for l < o; result v[0]. (On the GPU
  *       lane l adds lane l ^ o; lanes l and l ^ o hold the same bits since a + b == b + a,
  *       so lane l's value only depends on l mod o and these halving steps are exact.)
- *   kref_block_sum_f64/f32(part[threads], threads): cuda_common.cuh block_sum_f64/f32 of the
- *       per-thread values part[t] (threads a multiple of 32, <= 1024): warp w's butterfly of
- *       part[32w .. 32w+31]; then one more butterfly over the 32 values r[w] (r[w] = +0 for
- *       w >= threads / 32). part is clobbered.
+ *   kref_block_sum_f64/f32(part[threads], threads): cuda_common.cuh block_sum_f64/f32 (and
+ *       block_sum_f64_last, the same order) of the per-thread values part[t] (threads a
+ *       multiple of 32, <= 1024): warp w's butterfly of part[32w .. 32w+31]; then one more
+ *       butterfly over the 32 values r[w] (r[w] = +0 for w >= threads / 32; every GPU warp
+ *       forms it). part is clobbered.
  *   kref_sum_sq_f64_blk(x, n, threads): thread t of `threads` sums (double)x_j * x_j (exact
  *       products) for j = t, t + threads, ... in f64 starting from +0.0; then
  *       kref_block_sum_f64.
