@@ -20,18 +20,19 @@
  *     are spread over the key's LPK lanes and broadcast by shuffle, so the f64 work stays
  *     off the critical path. Lane subgroups merge by
  *     butterfly (symmetric formula, so both partners hold the same bits), warps 0..3 in
- *     order (weights computed once per head, in shared memory). The partial
+ *     order (each warp weight exp(m_w - M) once, by its own thread, in shared memory; the
+ *     partial written by a loop unrolled by 4: by 8 the 9b's kernel lost a CTA per SM). The partial
  *     (o unnormalised, m, l) goes to scratch [b][i][s][head_dim + 2]; an empty split writes
  *     l = 0. head_dim not in {64, 128, 256, 512} uses a scalar kernel of the same order with
  *     U = 1, KPW = 1 (one key per warp, dims strided over lanes), always one CTA per split.
  *  2. attn_combine: one warp per q8_1 output block; each lane merges its element's partials
  *     in increasing s (split weights computed once per warp and shuffled when the block
- *     lies in one head), then out = O * (1 / L) * memra_x_sigmoidf(gate) and the shared
- *     warp quantizer. Launched with PDL, so its launch overlaps the split kernel's tail; the
- *     sigmoid of the gate (written before the split kernel) is formed before its PDL wait.
- * Row b reads only row b's q, gate, positions and cache; the float order depends only on
- * (len, max_split, head_dim, group), never on b. A row whose position is outside
- * [0, n_ctx), or whose cache bases are not 16-byte aligned, yields a zero output row
+ *     lies in one head; the first 32 splits' m, l and O loaded together, one L2 round trip), then
+ * out = O * (1 / L) * memra_x_sigmoidf(gate) and the shared warp quantizer. Launched with PDL, so
+ * its launch overlaps the split kernel's tail; the sigmoid of the gate (written before the split
+ * kernel) is formed before its PDL wait. Row b reads only row b's q, gate, positions and cache; the
+ * float order depends only on (len, max_split, head_dim, group), never on b. A row whose position
+ * is outside [0, n_ctx), or whose cache bases are not 16-byte aligned, yields a zero output row
  * (never a fault).
  * Must not: call expf / __expf / CUDA's exp (exact_math.h only); let fmad contraction in
  * (--fmad=false; every fmaf is explicit and mirrored by the reference).
@@ -503,33 +504,44 @@ __global__ void __launch_bounds__(kWarps * 32)
             if (first)
                 ATTN_MARK(5);
 #endif
-            if (threadIdx.x < HG) { /* the warp weights of head h, once */
-                const int h = threadIdx.x;
+            if (threadIdx.x < kWarps * HG) { /* weight (w, h) by thread w * HG + h: one exp each */
+                const int h = threadIdx.x % HG, w = threadIdx.x / HG;
                 float M = -INFINITY;
-                for (int w = 0; w < kWarps; w++)
-                    M = fmaxf(M, sm_m[w][h]);
-                for (int w = 0; w < kWarps; w++)
-                    sm_w[w][h] = merge_w(sm_m[w][h], M);
-                sm_M[h] = M;
+#pragma unroll
+                for (int v = 0; v < kWarps; v++)
+                    M = fmaxf(M, sm_m[v][h]);
+                const float mw = sm_m[w][h];
+                sm_w[w][h] = mw == -INFINITY ? 0.0f : memra_x_expf(mw - M);
+                if (w == 0)
+                    sm_M[h] = M;
             }
             __syncthreads();
 #ifdef MEMRA_ATTN_PROBE
             if (first)
                 ATTN_MARK(6);
 #endif
-            for (int idx = threadIdx.x; idx < HG * DH; idx += kWarps * 32) {
-                const int h = idx / DH, d = idx % DH;
-                if (g0 + h >= g.group)
+            /* unrolled by 4, so the elements' shared loads and chains overlap (by 8, the
+             * 9b's prefetching kernel took 197 registers: 2 CTAs per SM instead of 3; by 4,
+             * 167 against main's 166); L once per head */
+            float *const part0 = partial(a, g, b, j * g.group + g0, 0) + (size_t)s * g.pstride;
+            const size_t hstride = (size_t)a.max_split * (size_t)g.pstride; /* head i -> i + 1 */
+            constexpr int kPer = (HG * DH + kWarps * 32 - 1) / (kWarps * 32);
+#pragma unroll 4
+            for (int k = 0; k < kPer; k++) {
+                const int idx = threadIdx.x + k * kWarps * 32, h = idx / DH, d = idx % DH;
+                if (idx >= HG * DH || g0 + h >= g.group)
                     continue;
-                float L = 0.0f, O = 0.0f;
-                for (int w = 0; w < kWarps; w++) {
-                    const float wt = sm_w[w][h];
-                    L = __fadd_rn(L, __fmul_rn(sm_l[w][h], wt));
-                    O = __fadd_rn(O, __fmul_rn(sm_o[w][h][d], wt));
-                }
-                float *part = partial(a, g, b, j * g.group + g0 + h, s);
+                float O = 0.0f;
+#pragma unroll
+                for (int w = 0; w < kWarps; w++)
+                    O = __fadd_rn(O, __fmul_rn(sm_o[w][h][d], sm_w[w][h]));
+                float *part = part0 + (size_t)h * hstride;
                 part[d] = O;
                 if (d == 0) {
+                    float L = 0.0f;
+#pragma unroll
+                    for (int w = 0; w < kWarps; w++)
+                        L = __fadd_rn(L, __fmul_rn(sm_l[w][h], sm_w[w][h]));
                     part[DH] = sm_M[h];
                     part[DH + 1] = L;
                 }
@@ -678,10 +690,26 @@ __global__ void __launch_bounds__(kCombineWarps * 32) attn_combine(memra_attn_de
                  * chunk are loaded before the chain consumes them. The chain itself is the
                  * canonical one: increasing s, empty splits (l = 0) skipped. M: fmaxf is
                  * exact, so the lane tree gives the sequential scan's value. */
-                for (int s0 = 0; s0 < nsplit; s0 += 32) {
+                /* The first 32 splits' (m, l) and O_s,d are loaded at once, before M: one L2
+                 * round trip where (l, then m, then O) took three. */
+                float l0 = 0.0f, m0 = -INFINITY, v[32];
+                if (lane < nsplit) {
+                    l0 = p0[(size_t)lane * pst + dh + 1];
+                    m0 = p0[(size_t)lane * pst + dh];
+                }
+#pragma unroll
+                for (int k = 0; k < 32; k++)
+                    v[k] = k < nsplit ? p0[(size_t)k * pst + d] : 0.0f;
+                if (l0 != 0.0f) /* l = 0: empty split (and none past nsplit) */
+                    M = fmaxf(M, m0);
+                for (int s0 = 32; s0 < nsplit; s0 += 32) {
                     const int sk = s0 + lane;
-                    if (sk < nsplit && p0[(size_t)sk * pst + dh + 1] != 0.0f) /* l = 0: empty split */
-                        M = fmaxf(M, p0[(size_t)sk * pst + dh]);
+                    if (sk < nsplit) {
+                        const float ls = p0[(size_t)sk * pst + dh + 1],
+                                    ms = p0[(size_t)sk * pst + dh];
+                        if (ls != 0.0f)
+                            M = fmaxf(M, ms);
+                    }
                 }
 #pragma unroll
                 for (int o = 16; o >= 1; o >>= 1)
@@ -690,15 +718,15 @@ __global__ void __launch_bounds__(kCombineWarps * 32) attn_combine(memra_attn_de
                 ATTN_CMARK(2);
                 for (int s0 = 0; s0 < nsplit; s0 += 32) {
                     const int sk = s0 + lane, n = min(32, nsplit - s0);
-                    float lk = 0.0f, wk = 0.0f;
-                    if (sk < nsplit) {
-                        lk = p0[(size_t)sk * pst + dh + 1];
-                        wk = lk != 0.0f ? memra_x_expf(__fsub_rn(p0[(size_t)sk * pst + dh], M)) : 0.0f;
-                    }
-                    float v[32];
+                    float lk = l0, mk = m0;
+                    if (s0 != 0) {
+                        lk = sk < nsplit ? p0[(size_t)sk * pst + dh + 1] : 0.0f;
+                        mk = sk < nsplit ? p0[(size_t)sk * pst + dh] : -INFINITY;
 #pragma unroll
-                    for (int k = 0; k < 32; k++)
-                        v[k] = k < n ? p0[(size_t)(s0 + k) * pst + d] : 0.0f;
+                        for (int k = 0; k < 32; k++)
+                            v[k] = k < n ? p0[(size_t)(s0 + k) * pst + d] : 0.0f;
+                    }
+                    const float wk = lk != 0.0f ? memra_x_expf(__fsub_rn(mk, M)) : 0.0f;
 #pragma unroll
                     for (int k = 0; k < 32; k++) {
                         const float ls = __shfl_sync(FULL_MASK, lk, k), w = __shfl_sync(FULL_MASK, wk, k);
