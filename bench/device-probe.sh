@@ -18,12 +18,15 @@
 #   attn     bench/attn_probe.cu (mmvq-notes, session 27): the same for attn_decode's split and
 #            combine kernels (9b shapes, depth 1024 at b = 1..16, b = 1 at 8192 and 32768).
 #            ATTN_ARGS passed on.
+#   norm     bench/norm_probe.cu (mmvq-notes, session 32): the same for rms_norm_q8 (n 4096,
+#            b = 1..16 as the tick launches it). NORM_ARGS passed on.
 #
-#   bench/device-probe.sh carry            HERE: nvcc the four into .carry/probe/ (CUDA
+#   bench/device-probe.sh carry            HERE: nvcc the six into .carry/probe/ (CUDA
 #                                          runtime linked statically: nothing else to carry)
 #   bench/device-probe.sh gdn-build OUT    HERE: gdn_probe alone, into OUT
 #   bench/device-probe.sh attn-build OUT   HERE: attn_probe alone, into OUT
-#   bench/device-probe.sh [pattern|launch|hmma|gdn|attn]
+#   bench/device-probe.sh norm-build OUT   HERE: norm_probe alone, into OUT
+#   bench/device-probe.sh [pattern|launch|hmma|gdn|attn|norm]
 #                                          THERE, .carry/probe carried: prints the table
 #                                          (default pattern; TICKS=N ticks per launch variant)
 set -eu
@@ -34,12 +37,18 @@ if [ "${1:-}" = carry ]; then
   nvcc -O3 -arch=sm_90 -std=c++17 -o .carry/probe/launch-probe bench/launch_probe.cu
   nvcc -O3 -arch=sm_90 -std=c++17 -I. -o .carry/probe/hmma-probe bench/hmma_probe.cu runtime/quant.c runtime/qtype.c
   bench/device-probe.sh attn-build .carry/probe/attn-probe
+  bench/device-probe.sh norm-build .carry/probe/norm-probe
   exec bench/device-probe.sh gdn-build .carry/probe/gdn-probe
 fi
 if [ "${1:-}" = attn-build ]; then # HERE: attn_probe alone into $2 (carry, test.sh)
   [ $# -eq 2 ] || { echo "usage: bench/device-probe.sh attn-build OUT" >&2; exit 2; }
   exec nvcc -O3 -arch=sm_90 -std=c++17 --fmad=false -prec-div=true -prec-sqrt=true -ftz=false \
     -I. -Iinclude -Iruntime -Ikernels -o "$2" bench/attn_probe.cu kernels/cuda_common.cu
+fi
+if [ "${1:-}" = norm-build ]; then # HERE: norm_probe alone into $2 (carry, test.sh)
+  [ $# -eq 2 ] || { echo "usage: bench/device-probe.sh norm-build OUT" >&2; exit 2; }
+  exec nvcc -O3 -arch=sm_90 -std=c++17 --fmad=false -prec-div=true -prec-sqrt=true -ftz=false \
+    -I. -Iinclude -Iruntime -Ikernels -o "$2" bench/norm_probe.cu kernels/cuda_common.cu
 fi
 if [ "${1:-}" = gdn-build ]; then # HERE: gdn_probe alone into $2 (variant-carry.sh, test.sh)
   [ $# -eq 2 ] || { echo "usage: bench/device-probe.sh gdn-build OUT" >&2; exit 2; }
@@ -71,5 +80,9 @@ case "${1:-pattern}" in
     # shellcheck disable=SC2086 # ATTN_ARGS: flags or none
     timeout "${ATTN_LIMIT:-120}" .carry/probe/attn-probe ${ATTN_ARGS:-}
     ;;
-  *) echo "usage: bench/device-probe.sh [carry|gdn-build OUT|attn-build OUT|pattern|launch|hmma|gdn|attn]" >&2; exit 2 ;;
+  norm)
+    # shellcheck disable=SC2086 # NORM_ARGS: flags or none
+    timeout "${NORM_LIMIT:-60}" .carry/probe/norm-probe ${NORM_ARGS:-}
+    ;;
+  *) echo "usage: bench/device-probe.sh [carry|gdn-build OUT|attn-build OUT|norm-build OUT|pattern|launch|hmma|gdn|attn|norm]" >&2; exit 2 ;;
 esac

@@ -15,6 +15,40 @@
 #include "cuda_ops.h"
 #include "exact_math.h"
 
+#ifdef MEMRA_NORM_PROBE
+/* bench/norm_probe.cu only (never in the engine's build): thread 0 of each CTA stamps
+ * %globaltimer and clock64 at the marks 0 entry, 1 its norm weights loaded, 2 past the PDL
+ * wait, 3 its x loaded and squared, 4 the block sum, 5 the scale, 6 its q8_1 blocks written.
+ * NORM_AFTER(v) consumes v in an instruction of its own before the next stamp, so a stamp
+ * after a load follows the load's data, not only its issue. */
+#define MEMRA_NORM_PROBE_CTAS 64
+#define MEMRA_NORM_PROBE_MARKS 7
+__device__ unsigned long long g_norm_probe[MEMRA_NORM_PROBE_CTAS][MEMRA_NORM_PROBE_MARKS][2];
+__device__ float g_norm_sink;
+__device__ __forceinline__ void norm_mark(int i)
+{
+    if (threadIdx.x != 0 || blockIdx.x >= MEMRA_NORM_PROBE_CTAS)
+        return;
+    unsigned long long t, c;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
+    asm volatile("mov.u64 %0, %%clock64;" : "=l"(c)::"memory");
+    g_norm_probe[blockIdx.x][i][0] = t;
+    g_norm_probe[blockIdx.x][i][1] = c;
+}
+__device__ __forceinline__ void norm_after(float v)
+{
+    float u;
+    asm volatile("add.f32 %0, %1, 0f00000000;" : "=f"(u) : "f"(v) : "memory");
+    if (u == 1.5e-38f) /* never: the add is used, so it stays */
+        g_norm_sink = u;
+}
+#define NORM_MARK(i) norm_mark(i)
+#define NORM_AFTER(v) norm_after((float)(v))
+#else
+#define NORM_MARK(i) ((void)0)
+#define NORM_AFTER(v) ((void)0)
+#endif
+
 namespace {
 
 constexpr int kThreads = MEMRA_RMS_NORM_Q8_THREADS; /* part of the summation order */
@@ -35,16 +69,20 @@ __global__ void __launch_bounds__(kThreads) rms_norm_q8_kernel(memra_rms_norm_q8
     const float *x = a.x + (size_t)b * (size_t)a.n; /* [n] */
     const bool regs = a.n <= kMaxPer * kThreads;
     float xv[kMaxPer], wv[kMaxPer];
+    NORM_MARK(0);
     if (regs) /* the norm weight does not depend on the previous kernel: load it first */
 #pragma unroll
         for (int i = 0; i < kMaxPer; i++) {
             const int j = threadIdx.x + kThreads * i;
             wv[i] = j < a.n ? a.w[j] : 0.0f;
         }
+    NORM_AFTER(regs ? wv[0] : 0.0f);
+    NORM_MARK(1);
     if (a.release_first) /* uniform: the launch's */
         pdl_release_wait();
     else
         pdl_wait_release();
+    NORM_MARK(2);
     double ss = 0.0;
     if (regs) {
 #pragma unroll
@@ -60,9 +98,15 @@ __global__ void __launch_bounds__(kThreads) rms_norm_q8_kernel(memra_rms_norm_q8
         for (int j = threadIdx.x; j < a.n; j += kThreads)
             ss += (double)x[j] * (double)x[j];
     }
-    ss = block_sum_f64_last(ss, red);                 /* red's only use */
+    NORM_AFTER(ss);
+    NORM_MARK(3);
+    ss = block_sum_f64_last(ss, red); /* red's only use */
+    NORM_AFTER(ss);
+    NORM_MARK(4);
     const float mean = (float)memra_x_div_n(ss, a.n); /* = ss / (double)n, the same bits */
     const float scale = 1.0f / sqrtf(mean + a.eps); /* eps inside the sqrt, added to the mean */
+    NORM_AFTER(scale);
+    NORM_MARK(5);
     const int nblk = a.n / 32;
     u8 *yq = (u8 *)a.y_q + (size_t)b * (size_t)nblk * Q8_1_BYTES;
     if (regs) {
@@ -76,6 +120,7 @@ __global__ void __launch_bounds__(kThreads) rms_norm_q8_kernel(memra_rms_norm_q8
             if (a.y_f32)
                 a.y_f32[(size_t)b * (size_t)a.n + (size_t)j] = y;
         }
+        NORM_MARK(6);
         return;
     }
     for (int k = warp; k < nblk; k += kThreads / 32) {
@@ -85,6 +130,7 @@ __global__ void __launch_bounds__(kThreads) rms_norm_q8_kernel(memra_rms_norm_q8
         if (a.y_f32)
             a.y_f32[(size_t)b * (size_t)a.n + (size_t)j] = y;
     }
+    NORM_MARK(6);
 }
 
 } /* namespace */

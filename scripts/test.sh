@@ -38,4 +38,7 @@ if [ -f cmake/nvrtc.cmake ] && command -v nvcc >/dev/null 2>&1; then
   # bench/attn_probe.cu likewise (kernels/attn_decode.cu with MEMRA_ATTN_PROBE)
   bench/device-probe.sh attn-build "$tmp/attn-probe"
   echo "attn-probe: compiles"
+  # bench/norm_probe.cu likewise (kernels/rms_norm_q8.cu with MEMRA_NORM_PROBE)
+  bench/device-probe.sh norm-build "$tmp/norm-probe"
+  echo "norm-probe: compiles"
 fi
