@@ -176,14 +176,12 @@ void run_cfg(const probe_cfg &c, int iters, double spin_us, cudaStream_t s, int 
 
 int main(int argc, char **argv)
 {
-    int iters = 50;
+    int iters = 50, sms = 0;
     double spin_us = 20.0;
-    if (probe_options(argc, argv, "attn-probe", &iters, &spin_us, nullptr, nullptr))
-        return 2;
     cudaDeviceProp p;
     cudaStream_t s;
-    probe_device(&p, &s);
-    const int sms = memra_cuda_sm_count();
+    if (probe_start(argc, argv, "attn-probe", &iters, &spin_us, nullptr, nullptr, &p, &s, &sms))
+        return 2;
     printf("attn-probe: %s, %d SMs; 9b attention (16 q heads, 4 kv heads, head_dim 256, f16 "
            "cache, max_split %d), previous kernel spins %.1f us, %d launches per line\n",
            p.name, sms, MEMRA_ATTN_MAX_SPLIT, spin_us, iters);

@@ -270,14 +270,12 @@ void run_cfg(const probe_cfg &c, int iters, double spin_us, cudaStream_t s, int 
 
 int main(int argc, char **argv)
 {
-    int iters = 50, chains = 0;
+    int iters = 50, chains = 0, sms = 0;
     double spin_us = 20.0;
-    if (probe_options(argc, argv, "gdn-probe", &iters, &spin_us, "--chains", &chains))
-        return 2;
     cudaDeviceProp p;
     cudaStream_t s;
-    probe_device(&p, &s);
-    const int sms = memra_cuda_sm_count();
+    if (probe_start(argc, argv, "gdn-probe", &iters, &spin_us, "--chains", &chains, &p, &s, &sms))
+        return 2;
     printf("gdn-probe: %s, %d SMs; 9b gdn_step (Hk 16, Hv 32, dk = dv = 128, conv 4), previous "
            "kernel spins %.1f us, %d launches per line\n",
            p.name, sms, spin_us, iters);

@@ -102,14 +102,12 @@ void run_cfg(const probe_cfg &c, int iters, double spin_us, cudaStream_t s, int 
 
 int main(int argc, char **argv)
 {
-    int iters = 50;
+    int iters = 50, sms = 0;
     double spin_us = 20.0;
-    if (probe_options(argc, argv, "norm-probe", &iters, &spin_us, nullptr, nullptr))
-        return 2;
     cudaDeviceProp p;
     cudaStream_t s;
-    probe_device(&p, &s);
-    const int sms = memra_cuda_sm_count();
+    if (probe_start(argc, argv, "norm-probe", &iters, &spin_us, nullptr, nullptr, &p, &s, &sms))
+        return 2;
     printf("norm-probe: %s, %d SMs; rms_norm_q8 (%d threads per row), previous kernel spins "
            "%.1f us, %d launches per line\n",
            p.name, sms, kThreads, spin_us, iters);

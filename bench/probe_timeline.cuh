@@ -97,6 +97,19 @@ static inline void probe_device(cudaDeviceProp *p, cudaStream_t *s)
     CK(cudaStreamCreateWithFlags(s, cudaStreamNonBlocking));
 }
 
+/* A timeline probe's start: its options (probe_options; *iters and *spin_us hold the
+ * defaults), device 0 (probe_device) and its SM count. 0, or 2 after the usage line. */
+static inline int probe_start(int argc, char **argv, const char *name, int *iters, double *spin_us,
+                              const char *flag, int *flag_set, cudaDeviceProp *p, cudaStream_t *s,
+                              int *sms)
+{
+    if (probe_options(argc, argv, name, iters, spin_us, flag, flag_set))
+        return 2;
+    probe_device(p, s);
+    *sms = p->multiProcessorCount;
+    return 0;
+}
+
 /* Device buffers, freed together; fill: floats uniform in [lo, hi) from an LCG. */
 struct dev_buf {
     std::vector<void *> all;
