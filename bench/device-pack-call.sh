@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# device-pack-call.sh — THERE: the one call a session makes when it may get any GPU, with
+# .carry/pack (bench/variant-carry.sh PACK=1, or packed by hand with the probes) and
+# .carry/san (bench/sanitizer-carry.sh) carried. One machine start serves whichever GPU comes:
+#   - an H200: the README run on the pack's main build (scripts/device-quick.sh: the 9b at
+#     tiers 1..16, depth 1024, then 8192 and 32768 when PACK_BENCH_BUDGET allows), nothing else;
+#   - any other GPU: the variant round: the norm probe (when packed), bench/device-round.sh
+#     (the attention / gdn probes named in PACK_PROBES, the op cases named in PACK_CASES),
+#     bench/device-variant.sh (the builds interleaved: PACK_ROUNDS x PACK_ARGS), then
+#     racecheck on PACK_RACE (a probe binary, default attn-probe, one launch per line) with a
+#     fresh TMPDIR, last because a sanitizer that timeout kills can leave the next one unable
+#     to start (session 32).
+# Each part writes into $OUT as it ends, so a call cut short still returns what finished.
+# Defaults are session 32's next call; every part is bounded (timeouts below).
+#
+#   PACK_PROBES   default "attn-probe attn-probe-alt attn-probe-alt2" (those present)
+#   PACK_CASES    default "bench-alt:attn_decode bench-alt2:attn_decode" (those present)
+#   PACK_ROUNDS   default 2;  PACK_ARGS  default "--tiers 1,2,16 --depths 1024,8192,32768
+#                 --ticks 40 --prefill synthetic --no-eager"
+#   PACK_RACE     default attn-probe ("" skips racecheck)
+#   PACK_BENCH_BUDGET  the H200 README run's budget, default 330 s
+# What comes back: summary.txt (printed last), norm-probe.txt, r/ (round), v.tgz (A/B),
+# race.txt; on an H200 quick.txt and q.tgz.
+set -u
+cd "$(dirname "$0")/.." || exit 1
+root=$PWD
+out=${OUT:-$root/out}
+mkdir -p "$out"
+bench/variant-carry.sh unpack || { echo "device-pack-call: no .carry/pack/builds.tgz" >&2; exit 1; }
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
+echo "device-pack-call: ${gpu:-no GPU}" >"$out/summary.txt"
+if printf '%s' "$gpu" | grep -q H200; then
+  OUT=$out/q OPS=0 BENCH_BUDGET=${PACK_BENCH_BUDGET:-330} \
+    BENCH_ARGS="--tiers 1,2,4,8,16 --depths 1024 --ticks 50 --prefill synthetic" \
+    BENCH_ARGS2="--tiers 1,2,4,8,16 --depths 8192,32768 --ticks 30 --prefill synthetic --no-isolation" \
+    scripts/device-quick.sh >"$out/quick.txt" 2>&1
+  tail -n 50 "$out/quick.txt" >>"$out/summary.txt"
+  (cd "$out" && tar -czf q.tgz q && rm -rf q)
+  cat "$out/summary.txt"
+  exit 0
+fi
+if [ -x .carry/probe/norm-probe ]; then
+  timeout 30 .carry/probe/norm-probe >"$out/norm-probe.txt" 2>&1
+  echo "norm-probe: rc=$?" >>"$out/norm-probe.txt"
+fi
+present() { # the words of $1 whose build (NAME:...) or probe (NAME) is in .carry
+  local w
+  for w in $1; do
+    case $w in
+      *:*) [ -d ".carry/${w%%:*}" ] && printf '%s ' "$w" ;;
+      *) [ -x ".carry/probe/$w" ] && printf '%s ' "$w" ;;
+    esac
+  done
+}
+probes=$(present "${PACK_PROBES:-attn-probe attn-probe-alt attn-probe-alt2}")
+cases=$(present "${PACK_CASES:-bench-alt:attn_decode bench-alt2:attn_decode}")
+ROUND_PROBES=$probes ROUND_CASES=$cases OPS_LIMIT=${OPS_LIMIT:-180} OUT=$out/r \
+  bench/device-round.sh >/dev/null 2>&1
+cat "$out/r/round.txt" >>"$out/summary.txt"
+builds=bench
+for b in .carry/bench-alt*; do [ -d "$b" ] && builds="$builds ${b#.carry/}"; done
+OUT=$out/v VARIANT_CASE='' HOSTAB_BUILDS=$builds HOSTAB_ROUNDS=${PACK_ROUNDS:-2} \
+  HOSTAB_ARGS=${PACK_ARGS:-"--tiers 1,2,16 --depths 1024,8192,32768 --ticks 40 --prefill synthetic --no-eager"} \
+  BENCH_ARGS="--tiers 1 --depths 1024 --ticks 10 --prefill synthetic --no-eager" \
+  timeout 330 bench/device-variant.sh >/dev/null 2>&1
+sed -n '/build      round/,$p' "$out/v/hostab.txt" >>"$out/summary.txt"
+(cd "$out" && tar -czf v.tgz v && rm -rf v)
+race=${PACK_RACE-attn-probe}
+if [ -n "$race" ] && [ -x ".carry/probe/$race" ] && [ -x .carry/san/compute-sanitizer ]; then
+  TMPDIR=$(mktemp -d -p /var/tmp) timeout 100 .carry/san/compute-sanitizer --tool racecheck \
+    --print-limit 20 ".carry/probe/$race" --iters 1 >"$out/race.txt" 2>&1
+  echo "racecheck $race: rc=$? $(grep -a 'RACECHECK SUMMARY' "$out/race.txt" | tail -n 1)" >>"$out/summary.txt"
+fi
+[ -f "$out/norm-probe.txt" ] && grep -a -v "^  cycles\|^columns" "$out/norm-probe.txt" >>"$out/summary.txt"
+cat "$out/summary.txt"
