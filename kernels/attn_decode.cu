@@ -21,18 +21,20 @@
  *     off the critical path. Lane subgroups merge by
  *     butterfly (symmetric formula, so both partners hold the same bits), warps 0..3 in
  *     order (each warp weight exp(m_w - M) once, by its own thread, in shared memory; the
- *     partial written by a loop unrolled by 4: by 8 the 9b's kernel lost a CTA per SM). The partial
- *     (o unnormalised, m, l) goes to scratch [b][i][s][head_dim + 2]; an empty split writes
- *     l = 0. head_dim not in {64, 128, 256, 512} uses a scalar kernel of the same order with
- *     U = 1, KPW = 1 (one key per warp, dims strided over lanes), always one CTA per split.
+ *     partial written by a loop unrolled by 4: by 8 the 9b's kernel lost a CTA per SM).
+ *     The partial (o unnormalised, m, l) goes to scratch [b][i][s][head_dim + 2]; an empty
+ *     split writes l = 0. head_dim not in {64, 128, 256, 512} uses a scalar kernel of the
+ *     same order with U = 1, KPW = 1 (one key per warp, dims strided over lanes), always one
+ *     CTA per split.
  *  2. attn_combine: one warp per q8_1 output block; each lane merges its element's partials
  *     in increasing s (split weights computed once per warp and shuffled when the block
- *     lies in one head; the first 32 splits' m, l and O loaded together, one L2 round trip), then
- * out = O * (1 / L) * memra_x_sigmoidf(gate) and the shared warp quantizer. Launched with PDL, so
- * its launch overlaps the split kernel's tail; the sigmoid of the gate (written before the split
- * kernel) is formed before its PDL wait. Row b reads only row b's q, gate, positions and cache; the
- * float order depends only on (len, max_split, head_dim, group), never on b. A row whose position
- * is outside [0, n_ctx), or whose cache bases are not 16-byte aligned, yields a zero output row
+ *     lies in one head; the first 32 splits' m, l and O loaded together, one L2 round
+ *     trip), then out = O * (1 / L) * memra_x_sigmoidf(gate) and the shared warp quantizer.
+ *     Launched with PDL, so its launch overlaps the split kernel's tail; the sigmoid of the
+ *     gate (written before the split kernel) is formed before its PDL wait.
+ * Row b reads only row b's q, gate, positions and cache; the float order depends only on
+ * (len, max_split, head_dim, group), never on b. A row whose position is outside
+ * [0, n_ctx), or whose cache bases are not 16-byte aligned, yields a zero output row
  * (never a fault).
  * Must not: call expf / __expf / CUDA's exp (exact_math.h only); let fmad contraction in
  * (--fmad=false; every fmaf is explicit and mirrored by the reference).
@@ -103,10 +105,12 @@ __device__ __forceinline__ float *partial(const memra_attn_decode_args &a, const
                            (size_t)g.pstride;
 }
 
-/* exp(m - M) as a merge weight: 0 for an empty accumulator (m = -inf). */
-__device__ __forceinline__ float merge_w(float m, float M)
+/* exp(m - M) as a merge weight: 0 for an empty accumulator (m = -inf). SEQ: by
+ * memra_x_expf_seq, else by the branch-free memra_x_expf (the same bits, fewer cycles, more
+ * registers). */
+template <bool SEQ = true> __device__ __forceinline__ float merge_w(float m, float M)
 {
-    return m == -INFINITY ? 0.0f : memra_x_expf_seq(m - M);
+    return m == -INFINITY ? 0.0f : SEQ ? memra_x_expf_seq(m - M) : memra_x_expf(m - M);
 }
 
 /* ---------------------------------- cache entries ------------------------------------ */
@@ -510,8 +514,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
                 for (int v = 0; v < kWarps; v++)
                     M = fmaxf(M, sm_m[v][h]);
-                const float mw = sm_m[w][h];
-                sm_w[w][h] = mw == -INFINITY ? 0.0f : memra_x_expf(mw - M);
+                sm_w[w][h] = merge_w<false>(sm_m[w][h], M);
                 if (w == 0)
                     sm_M[h] = M;
             }
