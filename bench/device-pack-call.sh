@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # device-pack-call.sh — THERE: the one call a session makes when it may get any GPU, with
 # .carry/pack (bench/variant-carry.sh PACK=1, or packed by hand with the probes) and
-# .carry/san (bench/sanitizer-carry.sh) carried. One machine start serves whichever GPU comes:
+# .carry/sanz (bench/sanitizer-carry.sh: .carry/san xz-packed, unpacked here; .carry/san itself
+# no longer fits beside a two-variant pack) carried. One start serves whichever GPU comes:
 #   - an H200: the README run on the pack's main build (scripts/device-quick.sh: the 9b at
 #     tiers 1..16, depth 1024, then 8192 and 32768 when PACK_BENCH_BUDGET allows), nothing else;
 #   - any other GPU: the variant round: the norm probe (when packed), bench/device-round.sh
@@ -26,6 +27,9 @@ cd "$(dirname "$0")/.." || exit 1
 root=$PWD
 out=${OUT:-$root/out}
 mkdir -p "$out"
+if [ ! -x .carry/san/compute-sanitizer ] && [ -f .carry/sanz/san.txz ]; then
+  mkdir -p .carry/san && tar -xJf .carry/sanz/san.txz -C .carry/san
+fi
 bench/variant-carry.sh unpack || { echo "device-pack-call: no .carry/pack/builds.tgz" >&2; exit 1; }
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
 echo "device-pack-call: ${gpu:-no GPU}" >"$out/summary.txt"
