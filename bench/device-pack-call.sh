@@ -71,9 +71,17 @@ sed -n '/build      round/,$p' "$out/v/hostab.txt" >>"$out/summary.txt"
 (cd "$out" && tar -czf v.tgz v && rm -rf v)
 race=${PACK_RACE-attn-probe}
 if [ -n "$race" ] && [ -x ".carry/probe/$race" ] && [ -x .carry/san/compute-sanitizer ]; then
-  TMPDIR=$(mktemp -d -p /var/tmp) timeout 100 .carry/san/compute-sanitizer --tool racecheck \
-    --print-limit 20 ".carry/probe/$race" --iters 1 >"$out/race.txt" 2>&1
-  echo "racecheck $race: rc=$? $(grep -a 'RACECHECK SUMMARY' "$out/race.txt" | tail -n 1)" >>"$out/summary.txt"
+  # session 33: with a fresh TMPDIR under /var/tmp (session 32's guard against a killed
+  # sanitizer's leftovers) it failed at once on a fresh machine ("Target application
+  # terminated before first instrumented API call"), where session 30 ran it without one:
+  # first as session 30 did, then with the fresh TMPDIR if that fails the same way
+  for tmp in '' "$(mktemp -d -p /var/tmp)"; do
+    TMPDIR=${tmp:-${TMPDIR:-/tmp}} timeout 100 .carry/san/compute-sanitizer --tool racecheck \
+      --print-limit 20 ".carry/probe/$race" --iters 1 >"$out/race.txt" 2>&1
+    rc=$?
+    echo "racecheck $race (TMPDIR ${tmp:-as is}): rc=$rc $(grep -a 'RACECHECK SUMMARY' "$out/race.txt" | tail -n 1)" >>"$out/summary.txt"
+    grep -q "terminated before first instrumented" "$out/race.txt" || break
+  done
 fi
 [ -f "$out/norm-probe.txt" ] && grep -a -v "^  cycles\|^columns" "$out/norm-probe.txt" >>"$out/summary.txt"
 cat "$out/summary.txt"
