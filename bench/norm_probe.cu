@@ -42,6 +42,7 @@ constexpr int PH = MEMRA_NORM_PROBE_MARKS - 1; /* phases between the marks 0..6 
 struct probe_out {
     std::vector<double> entry, resume, ph[PH], cyc[PH], end;
     double cycles = 0.0, ns = 0.0;
+    int ctas = 0; /* CTAs per row: the grid over b */
 };
 
 void run_cfg(const probe_cfg &c, int iters, double spin_us, cudaStream_t s, int sms, probe_out &out)
@@ -61,12 +62,8 @@ void run_cfg(const probe_cfg &c, int iters, double spin_us, cudaStream_t s, int 
     a.b = c.b;
     a.eps = 1e-6f;
     a.release_first = c.release_first;
-    if (c.b > MEMRA_NORM_PROBE_CTAS) {
-        fprintf(stderr, "norm-probe: %d CTAs exceed the probe's %d\n", c.b, MEMRA_NORM_PROBE_CTAS);
-        exit(1);
-    }
     const size_t per = (size_t)MEMRA_NORM_PROBE_MARKS * 2;
-    std::vector<unsigned long long> st((size_t)c.b * per);
+    std::vector<unsigned long long> st((size_t)MEMRA_NORM_PROBE_CTAS * per);
     for (int it = -3; it < iters; it++) {
         launch_prev(s, sms, spin_us);
         if (memra_rms_norm_q8_cuda(&a, s) != MEMRA_OK) {
@@ -77,13 +74,21 @@ void run_cfg(const probe_cfg &c, int iters, double spin_us, cudaStream_t s, int 
         if (it < 0)
             continue; /* warm-up: code, TLB, L2 */
         unsigned long long pend = 0;
+        unsigned grid = 0;
         CK(cudaMemcpyFromSymbol(&pend, g_prev_end, sizeof pend));
+        CK(cudaMemcpyFromSymbol(&grid, g_norm_probe_grid, sizeof grid));
+        if (grid == 0 || grid > MEMRA_NORM_PROBE_CTAS || grid % (unsigned)c.b != 0) {
+            fprintf(stderr, "norm-probe: a grid of %u CTAs for b = %d (the probe records %d)\n",
+                    grid, c.b, MEMRA_NORM_PROBE_CTAS);
+            exit(1);
+        }
+        out.ctas = (int)grid / c.b;
         CK(cudaMemcpyFromSymbol(st.data(), g_norm_probe, st.size() * sizeof(unsigned long long)));
         const double P = (double)pend;
         auto T = [&](int x, int mk) { return (double)st[(size_t)x * per + (size_t)mk * 2]; };
         auto C = [&](int x, int mk) { return (double)st[(size_t)x * per + (size_t)mk * 2 + 1]; };
         double last = 0.0;
-        for (int x = 0; x < c.b; x++) {
+        for (int x = 0; x < (int)grid; x++) {
             out.entry.push_back(T(x, 0) - P);
             out.resume.push_back(T(x, 2) - P);
             for (int k = 0; k < PH; k++) {
@@ -108,7 +113,7 @@ int main(int argc, char **argv)
     cudaStream_t s;
     if (probe_start(argc, argv, "norm-probe", &iters, &spin_us, nullptr, nullptr, &p, &s, &sms))
         return 2;
-    printf("norm-probe: %s, %d SMs; rms_norm_q8 (%d threads per row), previous kernel spins "
+    printf("norm-probe: %s, %d SMs; rms_norm_q8 (CTAs of %d threads), previous kernel spins "
            "%.1f us, %d launches per line\n",
            p.name, sms, kThreads, spin_us, iters);
     const probe_cfg cfgs[] = {
@@ -116,25 +121,28 @@ int main(int argc, char **argv)
         {"b2", 2, 4096, 0, 0},   {"b4", 4, 4096, 0, 0},     {"b8", 8, 4096, 0, 0},
         {"b16", 16, 4096, 0, 0},
     };
-    printf("medians over launches x CTAs, ns (%%globaltimer) and cycles (clock64) of thread 0; "
-           "entry, resume and end from the previous grid's end\n");
-    printf("%-8s %5s | %6s %6s | %5s %6s %5s %5s %5s %5s | %6s %6s\n", "config", "n", "entry",
-           "resume", "w", "wait", "x", "bsum", "scale", "quant", "end", "p90");
+    printf("medians over launches x every CTA of the grid, ns (%%globaltimer) and cycles "
+           "(clock64) of thread 0; entry, resume and end from the previous grid's end\n");
+    printf("%-8s %5s %4s | %6s %6s | %5s %6s %5s %5s %5s %5s | %6s %6s\n", "config", "n", "ctas",
+           "entry", "resume", "w", "wait", "x", "bsum", "scale", "quant", "end", "p90");
     for (const probe_cfg &c : cfgs) {
         probe_out o;
         run_cfg(c, iters, spin_us, s, sms, o);
-        printf("%-8s %5d | %6.0f %6.0f |", c.name, c.n, median(o.entry), median(o.resume));
+        printf("%-8s %5d %4d | %6.0f %6.0f |", c.name, c.n, o.ctas, median(o.entry),
+               median(o.resume));
         for (int k = 0; k < PH; k++)
             printf(k == 1 ? " %6.0f" : " %5.0f", median(o.ph[k]));
         printf(" | %6.0f %6.0f\n", median(o.end), pct(o.end, 0.9));
-        printf("%-8s %5s | %6s %6s |", "  cycles", "", "", "");
+        printf("%-8s %5s %4s | %6s %6s |", "  cycles", "", "", "", "");
         for (int k = 0; k < PH; k++)
             printf(k == 1 ? " %6.0f" : " %5.0f", median(o.cyc[k]));
         printf(" | clock %.2f GHz\n", o.ns > 0 ? o.cycles / o.ns : 0.0);
     }
-    printf("columns: w = entry -> its norm weights loaded; wait = -> past the PDL wait; x = its x "
-           "loaded and squared; bsum = the f64 block sum; scale = the mean and 1 / sqrtf; quant "
-           "= its q8_1 blocks stored; end = the grid's last CTA end\n");
+    printf("columns: ctas = CTAs per row; w = entry -> its norm weights loaded; wait = -> past "
+           "the PDL wait; x = its x loaded and squared; bsum = the f64 block sum; scale = the "
+           "mean and 1 / sqrtf; quant = its q8_1 blocks stored; end = the grid's last CTA end. "
+           "w and quant are warp 0's: where a CTA quantizes with other warps only, they are "
+           "~0 there, and end is the column to compare\n");
     CK(cudaStreamDestroy(s));
     return 0;
 }

@@ -20,15 +20,19 @@
  * %globaltimer and clock64 at the marks 0 entry, 1 its norm weights loaded, 2 past the PDL
  * wait, 3 its x loaded and squared, 4 the block sum, 5 the scale, 6 its q8_1 blocks written.
  * NORM_AFTER(v) consumes v in an instruction of its own before the next stamp, so a stamp
- * after a load follows the load's data, not only its issue. */
-#define MEMRA_NORM_PROBE_CTAS 64
+ * after a load follows the load's data, not only its issue. CTA 0 also records the grid
+ * (g_norm_probe_grid), so the probe reads every CTA whatever the CTAs per row. */
+#define MEMRA_NORM_PROBE_CTAS 256
 #define MEMRA_NORM_PROBE_MARKS 7
 __device__ unsigned long long g_norm_probe[MEMRA_NORM_PROBE_CTAS][MEMRA_NORM_PROBE_MARKS][2];
+__device__ unsigned g_norm_probe_grid;
 __device__ float g_norm_sink;
 __device__ __forceinline__ void norm_mark(int i)
 {
     if (threadIdx.x != 0 || blockIdx.x >= MEMRA_NORM_PROBE_CTAS)
         return;
+    if (i == 0 && blockIdx.x == 0)
+        g_norm_probe_grid = gridDim.x;
     unsigned long long t, c;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
     asm volatile("mov.u64 %0, %%clock64;" : "=l"(c)::"memory");

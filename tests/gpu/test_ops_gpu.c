@@ -319,9 +319,12 @@ START_TEST(test_rms_norm_q8)
     GPU_OR_SKIP();
     tu_rng r;
     tu_rng_seed(&r, 0x125u);
-    /* 1024 threads: n < 1024 leaves threads idle, 1056 / 2080 give some threads 2 / 3 terms;
-     * up to 8192 the row stays in registers, 8224 and 12288 take the re-reading path */
-    static const int ns[] = {32, 96, 1024, 1056, 2080, 4096, 5120, 33 * 32 * 7, 8192, 8224, 12288};
+    /* 1024 threads: n < 1024 leaves threads idle, 1056 / 2080 give some threads 2 / 3 terms
+     * (and a row split over CTAs a partial last one; 1600: 50 blocks, a partial 16-block slice
+     * in the odd half of a register); up to 8192 the row stays in registers, 8224 and 12288
+     * take the re-reading path */
+    static const int ns[] = {32,   96,   1024,        1056, 1600, 2080,
+                             4096, 5120, 33 * 32 * 7, 8192, 8224, 12288};
     static const int bs[] = {1, 3, 16, 7};
     for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++)
         for (size_t j = 0; j < sizeof bs / sizeof bs[0]; j++)
