@@ -75,11 +75,13 @@ if [ -n "$race" ] && [ -x ".carry/probe/$race" ] && [ -x .carry/san/compute-sani
   # sanitizer's leftovers) it failed at once on a fresh machine ("Target application
   # terminated before first instrumented API call"), where session 30 ran it without one:
   # first as session 30 did, then with the fresh TMPDIR if that fails the same way
-  for tmp in '' "$(mktemp -d -p /var/tmp)"; do
-    TMPDIR=${tmp:-${TMPDIR:-/tmp}} timeout 100 .carry/san/compute-sanitizer --tool racecheck \
+  tmp=${TMPDIR:-/tmp}
+  for try in "as is" fresh; do
+    [ "$try" = fresh ] && tmp=$(mktemp -d -p /var/tmp)
+    TMPDIR=$tmp timeout 100 .carry/san/compute-sanitizer --tool racecheck \
       --print-limit 20 ".carry/probe/$race" --iters 1 >"$out/race.txt" 2>&1
     rc=$?
-    echo "racecheck $race (TMPDIR ${tmp:-as is}): rc=$rc $(grep -a 'RACECHECK SUMMARY' "$out/race.txt" | tail -n 1)" >>"$out/summary.txt"
+    echo "racecheck $race (TMPDIR $try): rc=$rc $(grep -a 'RACECHECK SUMMARY' "$out/race.txt" | tail -n 1)" >>"$out/summary.txt"
     grep -q "terminated before first instrumented" "$out/race.txt" || break
   done
 fi
