@@ -12,13 +12,16 @@
 #     fresh TMPDIR, last because a sanitizer that timeout kills can leave the next one unable
 #     to start (session 32).
 # Each part writes into $OUT as it ends, so a call cut short still returns what finished.
-# Defaults are session 32's next call; every part is bounded (timeouts below).
+# Defaults are session 34's next call (its pack: main, norm-ctas, norm-ctas16, prep-early,
+# attn-combine-m; the norm probes and attention probes); every part is bounded (timeouts below).
 #
-#   PACK_PROBES   default "attn-probe attn-probe-alt attn-probe-alt2" (those present)
-#   PACK_CASES    default "bench-alt:attn_decode bench-alt2:attn_decode" (those present)
-#   PACK_ROUNDS   default 2;  PACK_ARGS  default "--tiers 1,2,16 --depths 1024,8192,32768
+#   PACK_PROBES   default "norm-probe norm-probe-alt norm-probe-alt2 attn-probe attn-probe-alt4"
+#                 (those present)
+#   PACK_CASES    default "bench-alt:rms_norm_q8 bench-alt2:rms_norm_q8 bench-alt3:attn_prep
+#                 bench-alt4:attn_decode" (those present)
+#   PACK_ROUNDS   default 2;  PACK_ARGS  default "--tiers 1,2,16 --depths 1024,8192
 #                 --ticks 40 --prefill synthetic --no-eager"
-#   PACK_RACE     default attn-probe ("" skips racecheck)
+#   PACK_RACE     a probe to run under racecheck, default none ("attn-probe": session 32's)
 #   PACK_BENCH_BUDGET  the H200 README run's budget, default 330 s
 # What comes back: summary.txt (printed last), norm-probe.txt, r/ (round), v.tgz (A/B),
 # race.txt; on an H200 quick.txt and q.tgz.
@@ -56,20 +59,20 @@ present() { # the words of $1 whose build (NAME:...) or probe (NAME) is in .carr
     esac
   done
 }
-probes=$(present "${PACK_PROBES:-attn-probe attn-probe-alt attn-probe-alt2}")
-cases=$(present "${PACK_CASES:-bench-alt:attn_decode bench-alt2:attn_decode}")
+probes=$(present "${PACK_PROBES:-norm-probe norm-probe-alt norm-probe-alt2 attn-probe attn-probe-alt4}")
+cases=$(present "${PACK_CASES:-bench-alt:rms_norm_q8 bench-alt2:rms_norm_q8 bench-alt3:attn_prep bench-alt4:attn_decode}")
 ROUND_PROBES=$probes ROUND_CASES=$cases OPS_LIMIT=${OPS_LIMIT:-180} OUT=$out/r \
   bench/device-round.sh >/dev/null 2>&1
 cat "$out/r/round.txt" >>"$out/summary.txt"
 builds=bench
 for b in .carry/bench-alt*; do [ -d "$b" ] && builds="$builds ${b#.carry/}"; done
 OUT=$out/v VARIANT_CASE='' HOSTAB_BUILDS=$builds HOSTAB_ROUNDS=${PACK_ROUNDS:-2} \
-  HOSTAB_ARGS=${PACK_ARGS:-"--tiers 1,2,16 --depths 1024,8192,32768 --ticks 40 --prefill synthetic --no-eager"} \
+  HOSTAB_ARGS=${PACK_ARGS:-"--tiers 1,2,16 --depths 1024,8192 --ticks 40 --prefill synthetic --no-eager"} \
   BENCH_ARGS="--tiers 1 --depths 1024 --ticks 10 --prefill synthetic --no-eager" \
   timeout 330 bench/device-variant.sh >/dev/null 2>&1
 sed -n '/build      round/,$p' "$out/v/hostab.txt" >>"$out/summary.txt"
 (cd "$out" && tar -czf v.tgz v && rm -rf v)
-race=${PACK_RACE-attn-probe}
+race=${PACK_RACE:-}
 if [ -n "$race" ] && [ -x ".carry/probe/$race" ] && [ -x .carry/san/compute-sanitizer ]; then
   # session 33: with a fresh TMPDIR under /var/tmp (session 32's guard against a killed
   # sanitizer's leftovers) it failed at once on a fresh machine ("Target application
