@@ -15,8 +15,8 @@
 # Defaults are session 34's next call (its pack: main, norm-ctas, norm-ctas16, prep-early,
 # attn-combine-m; the norm probes and attention probes); every part is bounded (timeouts below).
 #
-#   PACK_PROBES   default "norm-probe norm-probe-alt norm-probe-alt2 attn-probe attn-probe-alt4"
-#                 (those present)
+#   PACK_PROBES   default "norm-probe-alt norm-probe-alt2 attn-probe attn-probe-alt4" (those
+#                 present; main's norm-probe runs first on its own, into norm-probe.txt)
 #   PACK_CASES    default "bench-alt:rms_norm_q8 bench-alt2:rms_norm_q8 bench-alt3:attn_prep
 #                 bench-alt4:attn_decode" (those present)
 #   PACK_ROUNDS   default 2;  PACK_ARGS  default "--tiers 1,2,16 --depths 1024,8192
@@ -59,7 +59,7 @@ present() { # the words of $1 whose build (NAME:...) or probe (NAME) is in .carr
     esac
   done
 }
-probes=$(present "${PACK_PROBES:-norm-probe norm-probe-alt norm-probe-alt2 attn-probe attn-probe-alt4}")
+probes=$(present "${PACK_PROBES:-norm-probe-alt norm-probe-alt2 attn-probe attn-probe-alt4}")
 cases=$(present "${PACK_CASES:-bench-alt:rms_norm_q8 bench-alt2:rms_norm_q8 bench-alt3:attn_prep bench-alt4:attn_decode}")
 ROUND_PROBES=$probes ROUND_CASES=$cases OPS_LIMIT=${OPS_LIMIT:-180} OUT=$out/r \
   bench/device-round.sh >/dev/null 2>&1
