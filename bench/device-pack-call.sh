@@ -23,6 +23,9 @@
 #                 --ticks 40 --prefill synthetic --no-eager"
 #   PACK_RACE     a probe to run under racecheck, default none ("attn-probe": session 32's)
 #   PACK_BENCH_BUDGET  the H200 README run's budget, default 330 s
+#   PACK_MODE     "auto" (default: the README run on an H200, the variant round elsewhere),
+#                 "readme" or "variants" (either on any GPU: a second H200 call of a session
+#                 runs the variant round with PACK_MODE=variants)
 # What comes back: summary.txt (printed last), norm-probe.txt, r/ (round), v.tgz (A/B),
 # race.txt; on an H200 quick.txt and q.tgz.
 set -u
@@ -36,7 +39,14 @@ fi
 bench/variant-carry.sh unpack || { echo "device-pack-call: no .carry/pack/builds.tgz" >&2; exit 1; }
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
 echo "device-pack-call: ${gpu:-no GPU}" >"$out/summary.txt"
-if printf '%s' "$gpu" | grep -q H200; then
+mode=${PACK_MODE:-auto}
+case $mode in
+  auto) mode=variants && printf '%s' "$gpu" | grep -q H200 && mode=readme ;;
+  readme | variants) ;;
+  *) echo "device-pack-call: PACK_MODE must be auto, readme or variants, not '$mode'" >&2; exit 2 ;;
+esac
+echo "device-pack-call: mode $mode" >>"$out/summary.txt"
+if [ "$mode" = readme ]; then
   OUT=$out/q OPS=0 BENCH_BUDGET=${PACK_BENCH_BUDGET:-330} \
     BENCH_ARGS="--tiers 1,2,4,8,16 --depths 1024 --ticks 50 --prefill synthetic" \
     BENCH_ARGS2="--tiers 1,2,4,8,16 --depths 8192,32768 --ticks 30 --prefill synthetic --no-isolation" \
