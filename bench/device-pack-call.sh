@@ -22,7 +22,8 @@
 #   PACK_ROUNDS   default 2;  PACK_ARGS  default "--tiers 1,2,16 --depths 1024,8192
 #                 --ticks 40 --prefill synthetic --no-eager"
 #   PACK_RACE     a probe to run under racecheck, default none ("attn-probe": session 32's)
-#   PACK_BENCH_BUDGET  the H200 README run's budget, default 330 s
+#   PACK_BENCH_BUDGET  the H200 README run's budget (its forge included), default 330 s;
+#   PACK_BENCH_ARGS, PACK_BENCH_ARGS2  its two memra-bench runs (defaults: the README's)
 #   PACK_MODE     "auto" (default: the README run on an H200, the variant round elsewhere),
 #                 "readme" or "variants" (either on any GPU: a second H200 call of a session
 #                 runs the variant round with PACK_MODE=variants)
@@ -48,8 +49,8 @@ esac
 echo "device-pack-call: mode $mode" >>"$out/summary.txt"
 if [ "$mode" = readme ]; then
   OUT=$out/q OPS=0 BENCH_BUDGET=${PACK_BENCH_BUDGET:-330} \
-    BENCH_ARGS="--tiers 1,2,4,8,16 --depths 1024 --ticks 50 --prefill synthetic" \
-    BENCH_ARGS2="--tiers 1,2,4,8,16 --depths 8192,32768 --ticks 30 --prefill synthetic --no-isolation" \
+    BENCH_ARGS=${PACK_BENCH_ARGS:-"--tiers 1,2,4,8,16 --depths 1024 --ticks 50 --prefill synthetic"} \
+    BENCH_ARGS2=${PACK_BENCH_ARGS2:-"--tiers 1,2,4,8,16 --depths 8192,32768 --ticks 30 --prefill synthetic --no-isolation"} \
     scripts/device-quick.sh >"$out/quick.txt" 2>&1
   tail -n 50 "$out/quick.txt" >>"$out/summary.txt"
   (cd "$out" && tar -czf q.tgz q && rm -rf q)
