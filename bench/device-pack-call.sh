@@ -19,7 +19,7 @@
 #                 present; main's norm-probe runs first on its own, into norm-probe.txt)
 #   PACK_CASES    default "bench-alt:rms_norm_q8 bench-alt2:rms_norm_q8 bench-alt3:attn_prep
 #                 bench-alt4:attn_decode" (those present)
-#   PACK_ROUNDS   default 2;  PACK_ARGS  default "--tiers 1,2,16 --depths 1024,8192
+#   PACK_ROUNDS   default 2 (0: no A/B, the probes and op cases alone);  PACK_ARGS  default "--tiers 1,2,16 --depths 1024,8192
 #                 --ticks 40 --prefill synthetic --no-eager"
 #   PACK_RACE     a probe to run under racecheck, default none ("attn-probe": session 32's)
 #   PACK_BENCH_BUDGET  the H200 README run's budget (its forge included), default 330 s;
@@ -75,14 +75,16 @@ cases=$(present "${PACK_CASES:-bench-alt:rms_norm_q8 bench-alt2:rms_norm_q8 benc
 ROUND_PROBES=$probes ROUND_CASES=$cases OPS_LIMIT=${OPS_LIMIT:-180} OUT=$out/r \
   bench/device-round.sh >/dev/null 2>&1
 cat "$out/r/round.txt" >>"$out/summary.txt"
-builds=bench
-for b in .carry/bench-alt*; do [ -d "$b" ] && builds="$builds ${b#.carry/}"; done
-OUT=$out/v VARIANT_CASE='' HOSTAB_BUILDS=$builds HOSTAB_ROUNDS=${PACK_ROUNDS:-2} \
-  HOSTAB_ARGS=${PACK_ARGS:-"--tiers 1,2,16 --depths 1024,8192 --ticks 40 --prefill synthetic --no-eager"} \
-  BENCH_ARGS="--tiers 1 --depths 1024 --ticks 10 --prefill synthetic --no-eager" \
-  timeout 330 bench/device-variant.sh >/dev/null 2>&1
-sed -n '/build      round/,$p' "$out/v/hostab.txt" >>"$out/summary.txt"
-(cd "$out" && tar -czf v.tgz v && rm -rf v)
+if [ "${PACK_ROUNDS:-2}" != 0 ]; then # PACK_ROUNDS=0: the probes and op cases alone (a short budget)
+  builds=bench
+  for b in .carry/bench-alt*; do [ -d "$b" ] && builds="$builds ${b#.carry/}"; done
+  OUT=$out/v VARIANT_CASE='' HOSTAB_BUILDS=$builds HOSTAB_ROUNDS=${PACK_ROUNDS:-2} \
+    HOSTAB_ARGS=${PACK_ARGS:-"--tiers 1,2,16 --depths 1024,8192 --ticks 40 --prefill synthetic --no-eager"} \
+    BENCH_ARGS="--tiers 1 --depths 1024 --ticks 10 --prefill synthetic --no-eager" \
+    timeout 330 bench/device-variant.sh >/dev/null 2>&1
+  sed -n '/build      round/,$p' "$out/v/hostab.txt" >>"$out/summary.txt"
+  (cd "$out" && tar -czf v.tgz v && rm -rf v)
+fi
 race=${PACK_RACE:-}
 if [ -n "$race" ] && [ -x ".carry/probe/$race" ] && [ -x .carry/san/compute-sanitizer ]; then
   # session 33: with a fresh TMPDIR under /var/tmp (session 32's guard against a killed
