@@ -19,8 +19,9 @@
 #                 present; main's norm-probe runs first on its own, into norm-probe.txt)
 #   PACK_CASES    default "bench-alt:rms_norm_q8 bench-alt2:rms_norm_q8 bench-alt3:attn_prep
 #                 bench-alt4:attn_decode" (those present)
-#   PACK_ROUNDS   default 2 (0: no A/B, the probes and op cases alone);  PACK_ARGS  default "--tiers 1,2,16 --depths 1024,8192
-#                 --ticks 40 --prefill synthetic --no-eager"
+#   PACK_ROUNDS   default 2 (0: no A/B, the probes and op cases alone)
+#   PACK_ARGS     default "--tiers 1,2,16 --depths 1024,8192 --ticks 40 --prefill synthetic
+#                 --no-eager"
 #   PACK_RACE     a probe to run under racecheck, default none ("attn-probe": session 32's)
 #   PACK_BENCH_BUDGET  the H200 README run's budget (its forge included), default 330 s;
 #   PACK_BENCH_ARGS, PACK_BENCH_ARGS2  its two memra-bench runs (defaults: the README's)
@@ -30,6 +31,10 @@
 # What comes back: summary.txt (printed last), norm-probe.txt, r/ (round), v.tgz (A/B),
 # race.txt; on an H200 quick.txt and q.tgz.
 set -u
+case ${PACK_MODE:-auto} in
+  auto | readme | variants) ;;
+  *) echo "device-pack-call: PACK_MODE must be auto, readme or variants, not '$PACK_MODE'" >&2; exit 2 ;;
+esac
 cd "$(dirname "$0")/.." || exit 1
 root=$PWD
 out=${OUT:-$root/out}
@@ -41,11 +46,7 @@ bench/variant-carry.sh unpack || { echo "device-pack-call: no .carry/pack/builds
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
 echo "device-pack-call: ${gpu:-no GPU}" >"$out/summary.txt"
 mode=${PACK_MODE:-auto}
-case $mode in
-  auto) mode=variants && printf '%s' "$gpu" | grep -q H200 && mode=readme ;;
-  readme | variants) ;;
-  *) echo "device-pack-call: PACK_MODE must be auto, readme or variants, not '$mode'" >&2; exit 2 ;;
-esac
+[ "$mode" = auto ] && { mode=variants && printf '%s' "$gpu" | grep -q H200 && mode=readme; }
 echo "device-pack-call: mode $mode" >>"$out/summary.txt"
 if [ "$mode" = readme ]; then
   OUT=$out/q OPS=0 BENCH_BUDGET=${PACK_BENCH_BUDGET:-330} \
