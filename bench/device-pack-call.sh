@@ -46,7 +46,10 @@ bench/variant-carry.sh unpack || { echo "device-pack-call: no .carry/pack/builds
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
 echo "device-pack-call: ${gpu:-no GPU}" >"$out/summary.txt"
 mode=${PACK_MODE:-auto}
-[ "$mode" = auto ] && { mode=variants && printf '%s' "$gpu" | grep -q H200 && mode=readme; }
+if [ "$mode" = auto ]; then
+  mode=variants
+  printf '%s' "$gpu" | grep -q H200 && mode=readme
+fi
 echo "device-pack-call: mode $mode" >>"$out/summary.txt"
 if [ "$mode" = readme ]; then
   OUT=$out/q OPS=0 BENCH_BUDGET=${PACK_BENCH_BUDGET:-330} \
