@@ -12,16 +12,22 @@
 #     fresh TMPDIR, last because a sanitizer that timeout kills can leave the next one unable
 #     to start (session 32).
 # Each part writes into $OUT as it ends, so a call cut short still returns what finished.
-# Defaults are session 34's next call (its pack: main, norm-ctas, norm-ctas16, prep-early,
-# attn-combine-m; the norm probes and attention probes); every part is bounded (timeouts below).
+# Defaults are session 36's next call (its pack: main after norm-ctas, prep-early and
+# attn-combine-m landed as bench, the engine before them as bench-alt; no probes): the landed
+# kernels' op cases on bench, the two builds interleaved, then norm_release_tiers re-measured
+# on bench (PACK_EXTRA); every part is bounded (timeouts below).
 #
 #   PACK_PROBES   default "norm-probe-alt norm-probe-alt2 attn-probe attn-probe-alt4" (those
 #                 present; main's norm-probe runs first on its own, into norm-probe.txt)
-#   PACK_CASES    default "bench-alt:rms_norm_q8 bench-alt2:rms_norm_q8 bench-alt3:attn_prep
-#                 bench-alt4:attn_decode" (those present)
+#   PACK_CASES    default "bench:rms_norm_q8,attn_prep,attn_decode" (those present)
 #   PACK_ROUNDS   default 2 (0: no A/B, the probes and op cases alone)
-#   PACK_ARGS     default "--tiers 1,2,16 --depths 1024,8192 --ticks 40 --prefill synthetic
+#   PACK_ARGS     default "--tiers 1,2,4,16 --depths 1024,8192 --ticks 40 --prefill synthetic
 #                 --no-eager"
+#   PACK_EXTRA    ';'-separated memra-bench option sets run on bench after the A/B
+#                 (device-variant.sh's EXTRA_ARGS); default: --norm-release none and
+#                 1,2,4,8,16 alternated, two rounds, tiers 1..16 at depth 1024 (every tier's
+#                 norm with and without release-first; "" runs none)
+#   PACK_VARIANT_LIMIT  the bound on the A/B and the extras, default 400 s
 #   PACK_RACE     a probe to run under racecheck, default none ("attn-probe": session 32's)
 #   PACK_BENCH_BUDGET  the H200 README run's budget (its forge included), default 330 s;
 #   PACK_BENCH_ARGS, PACK_BENCH_ARGS2  its two memra-bench runs (defaults: the README's)
@@ -74,8 +80,10 @@ present() { # the words of $1 whose build (NAME:...) or probe (NAME) is in .carr
     esac
   done
 }
+nr_args="--tiers 1,2,4,8,16 --depths 1024 --ticks 40 --prefill synthetic --no-eager --norm-release"
+nr_default="$nr_args none;$nr_args 1,2,4,8,16;$nr_args none;$nr_args 1,2,4,8,16"
 probes=$(present "${PACK_PROBES:-norm-probe-alt norm-probe-alt2 attn-probe attn-probe-alt4}")
-cases=$(present "${PACK_CASES:-bench-alt:rms_norm_q8 bench-alt2:rms_norm_q8 bench-alt3:attn_prep bench-alt4:attn_decode}")
+cases=$(present "${PACK_CASES:-bench:rms_norm_q8,attn_prep,attn_decode}")
 ROUND_PROBES=$probes ROUND_CASES=$cases OPS_LIMIT=${OPS_LIMIT:-180} OUT=$out/r \
   bench/device-round.sh >/dev/null 2>&1
 cat "$out/r/round.txt" >>"$out/summary.txt"
@@ -83,10 +91,12 @@ if [ "${PACK_ROUNDS:-2}" != 0 ]; then # PACK_ROUNDS=0: the probes and op cases a
   builds=bench
   for b in .carry/bench-alt*; do [ -d "$b" ] && builds="$builds ${b#.carry/}"; done
   OUT=$out/v VARIANT_CASE='' HOSTAB_BUILDS=$builds HOSTAB_ROUNDS=${PACK_ROUNDS:-2} \
-    HOSTAB_ARGS=${PACK_ARGS:-"--tiers 1,2,16 --depths 1024,8192 --ticks 40 --prefill synthetic --no-eager"} \
+    HOSTAB_ARGS=${PACK_ARGS:-"--tiers 1,2,4,16 --depths 1024,8192 --ticks 40 --prefill synthetic --no-eager"} \
+    EXTRA_ARGS=${PACK_EXTRA-$nr_default} \
     BENCH_ARGS="--tiers 1 --depths 1024 --ticks 10 --prefill synthetic --no-eager" \
-    timeout 330 bench/device-variant.sh >/dev/null 2>&1
+    timeout "${PACK_VARIANT_LIMIT:-400}" bench/device-variant.sh >/dev/null 2>&1
   sed -n '/build      round/,$p' "$out/v/hostab.txt" >>"$out/summary.txt"
+  sed -n '/^extra /,$p' "$out/v/summary.txt" >>"$out/summary.txt"
   (cd "$out" && tar -czf v.tgz v && rm -rf v)
 fi
 race=${PACK_RACE:-}

@@ -5,9 +5,9 @@
 #   bench/variant-carry.sh PATCH [PATCH2 [PATCH3]]
 #
 #   .carry/bench       HEAD (committed state only: this tree's uncommitted changes are in no
-#                      build) — memra-bench, memra-forge and their libraries
-#   .carry/bench-alt   HEAD + PATCH, the same plus memra-gpu-ops-tests (the variant's op tests
-#                      run there against the CPU) and libsubunit
+#                      build) — memra-bench, memra-forge, memra-gpu-ops-tests (HEAD's op cases
+#                      run there against the CPU) and their libraries, libsubunit included
+#   .carry/bench-alt   HEAD + PATCH, the same
 #   .carry/bench-alt2  HEAD + PATCH2, likewise (only with PATCH2); .carry/bench-alt3 HEAD + PATCH3
 #   .carry/probe/gdn-probe-{base,alt,alt2,alt3}
 #                      bench/gdn_probe.cu of each (gdn_step.cu with the probe's marks)
@@ -53,13 +53,12 @@ build() {
   (cd "$dir" && bench/device-bench.sh carry >/dev/null)
   rm -rf "$root/.carry/$carry"
   mv "$dir/.carry/bench" "$root/.carry/$carry"
-  if [ -n "$patch" ]; then
-    cmake --build "$dir/build-bench" -j2 --target memra-gpu-ops-tests >/dev/null
-    strip --strip-debug -o "$root/.carry/$carry/bin/memra-gpu-ops-tests" \
-      "$dir/build-bench/memra-gpu-ops-tests"
-    /work/shared/tools/device-libs.sh "$root/.carry/$carry/lib" \
-      "$root/.carry/$carry/bin/memra-gpu-ops-tests" >/dev/null
-  fi
+  # every build, the base too: a landing's op cases run on HEAD as well
+  cmake --build "$dir/build-bench" -j2 --target memra-gpu-ops-tests >/dev/null
+  strip --strip-debug -o "$root/.carry/$carry/bin/memra-gpu-ops-tests" \
+    "$dir/build-bench/memra-gpu-ops-tests"
+  /work/shared/tools/device-libs.sh "$root/.carry/$carry/lib" \
+    "$root/.carry/$carry/bin/memra-gpu-ops-tests" >/dev/null
   (cd "$dir" && bench/device-probe.sh gdn-build "$root/.carry/probe/gdn-probe-$name")
   echo "variant-carry: $name ($(git -C "$dir" rev-parse --short HEAD)${patch:+ + $patch}) -> .carry/$carry, .carry/probe/gdn-probe-$name"
 }

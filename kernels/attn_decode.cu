@@ -693,19 +693,29 @@ __global__ void __launch_bounds__(kCombineWarps * 32) attn_combine(memra_attn_de
                  * chunk are loaded before the chain consumes them. The chain itself is the
                  * canonical one: increasing s, empty splits (l = 0) skipped. M: fmaxf is
                  * exact, so the lane tree gives the sequential scan's value. */
-                /* The first 32 splits' (m, l) and O_s,d are loaded at once, before M: one L2
-                 * round trip where (l, then m, then O) took three. */
-                float l0 = 0.0f, m0 = -INFINITY, v[32];
-                if (lane < nsplit) {
-                    l0 = p0[(size_t)lane * pst + dh + 1];
-                    m0 = p0[(size_t)lane * pst + dh];
+                /* Every split's (m, l) up to kPre * 32 splits (MEMRA_ATTN_MAX_SPLIT, the
+                 * plans' bound) and the first 32 O_s,d are loaded at once, before M: one L2
+                 * round trip where a loop over the chunks took one per chunk. The chain below
+                 * takes the preloaded (m, l) and loads each chunk's values as it comes (no
+                 * double buffer: 32 more registers cost the kernel occupancy). Splits past
+                 * kPre * 32 (a max_split above the plans') take the loop below. */
+                constexpr int kPre = MEMRA_ATTN_MAX_SPLIT / 32;
+                static_assert(kPre >= 1, "the preload holds at least the first 32 splits");
+                float lc[kPre], mc[kPre], v[32];
+#pragma unroll
+                for (int c = 0; c < kPre; c++) {
+                    const int sk = 32 * c + lane;
+                    lc[c] = sk < nsplit ? p0[(size_t)sk * pst + dh + 1] : 0.0f;
+                    mc[c] = sk < nsplit ? p0[(size_t)sk * pst + dh] : -INFINITY;
                 }
 #pragma unroll
                 for (int k = 0; k < 32; k++)
                     v[k] = k < nsplit ? p0[(size_t)k * pst + d] : 0.0f;
-                if (l0 != 0.0f) /* l = 0: empty split (and none past nsplit) */
-                    M = fmaxf(M, m0);
-                for (int s0 = 32; s0 < nsplit; s0 += 32) {
+#pragma unroll
+                for (int c = 0; c < kPre; c++)
+                    if (lc[c] != 0.0f) /* l = 0: empty split (and none past nsplit) */
+                        M = fmaxf(M, mc[c]);
+                for (int s0 = 32 * kPre; s0 < nsplit; s0 += 32) {
                     const int sk = s0 + lane;
                     if (sk < nsplit) {
                         const float ls = p0[(size_t)sk * pst + dh + 1],
@@ -720,11 +730,19 @@ __global__ void __launch_bounds__(kCombineWarps * 32) attn_combine(memra_attn_de
                 ATTN_AFTER(M);
                 ATTN_CMARK(2);
                 for (int s0 = 0; s0 < nsplit; s0 += 32) {
-                    const int sk = s0 + lane, n = min(32, nsplit - s0);
-                    float lk = l0, mk = m0;
-                    if (s0 != 0) {
+                    const int sk = s0 + lane, n = min(32, nsplit - s0), c = s0 / 32;
+                    float lk, mk;
+                    if (c < kPre) { /* the preloaded (m, l); select, not an indexed array */
+                        lk = lc[0], mk = mc[0];
+#pragma unroll
+                        for (int q = 1; q < kPre; q++)
+                            if (c == q)
+                                lk = lc[q], mk = mc[q];
+                    } else {
                         lk = sk < nsplit ? p0[(size_t)sk * pst + dh + 1] : 0.0f;
                         mk = sk < nsplit ? p0[(size_t)sk * pst + dh] : -INFINITY;
+                    }
+                    if (s0 != 0) {
 #pragma unroll
                         for (int k = 0; k < 32; k++)
                             v[k] = k < n ? p0[(size_t)(s0 + k) * pst + d] : 0.0f;

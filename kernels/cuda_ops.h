@@ -50,6 +50,10 @@ extern "C" {
 
 int memra_embed_cuda(const memra_embed_args *a, cudaStream_t s);
 int memra_rms_norm_q8_cuda(const memra_rms_norm_q8_args *a, cudaStream_t s);
+/* Reads positions, q_norm and k_norm BEFORE its PDL wait (the rope's cos / sin and the norm
+ * weights, under the predecessor's tail): the kernel launched just before it must not write
+ * them and must release its dependents only after its own wait (the q/k/v mmvq does), so that
+ * the tick-block copy that writes positions has completed. */
 int memra_attn_prep_cuda(const memra_attn_prep_args *a, cudaStream_t s);
 /* Two kernels: per-split partials into a->scratch, then the fixed-order combine (+ gate,
  * + q8_1). a->scratch is required here (the CPU reference ignores it). With

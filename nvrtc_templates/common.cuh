@@ -231,11 +231,11 @@ MEMRA_DEV void pdl_wait_release()
     pdl_launch_dependents();
 }
 
-/* The other order, for a one-CUDA-block kernel whose dependent is a big mmvq (rms_norm_q8 at
- * the tiers of memra_cuda_opts.norm_release_tiers): the dependent is scheduled while this
- * kernel still waits, onto the SMs the predecessor frees, and streams its first weight stages
- * through both waits. Correct for the reason above; deadlock-free because a dependent is
- * scheduled only once every CUDA block of this grid has started. */
+/* The other order, for a small-grid kernel whose dependent is a big mmvq (rms_norm_q8 at
+ * the tiers of memra_cuda_opts.norm_release_tiers: b x ceil(n / 1024) CTAs): the dependent is
+ * scheduled while this kernel still waits, onto the SMs the predecessor frees, and streams its
+ * first weight stages through both waits. Correct for the reason above; deadlock-free because a
+ * dependent is scheduled only once every CUDA block of this grid has started. */
 MEMRA_DEV void pdl_release_wait()
 {
     pdl_launch_dependents();
