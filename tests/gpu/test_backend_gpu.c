@@ -36,6 +36,7 @@
 #include "backend_cuda.h"
 #include "cuda_util.h"
 #include "forge.h"
+#include "memra.h"
 #include "planner.h"
 #include "refmodel.h"
 #include "test_util.h"
@@ -1125,6 +1126,87 @@ START_TEST(test_moe_cpu_agreement)
 }
 END_TEST
 
+/* The public API (include/memra.h) on the GPU: MEMRA_BACKEND_AUTO picks CUDA here, and four
+ * sessions (two greedy, two seeded-sampled, prompts of different lengths) stepped together
+ * through memra_step, graph replay, give each row the logits bits and tokens that the CPU
+ * engine gives the session stepped alone (memcmp): the API adds nothing to the backends'
+ * contract, on either side. */
+START_TEST(test_api_cuda_matches_cpu)
+{
+    REQUIRE_GPU();
+    ck_assert_msg(g_tiny.ok, "fixture failed");
+    enum { NS = 4, STEPS = 24 };
+    memra_engine *e[2] = {NULL, NULL}; /* 0: CPU, 1: AUTO (CUDA) */
+    for (int k = 0; k < 2; k++) {
+        memra_engine_config c;
+        memra_engine_config_init(&c);
+        c.model_path = g_tiny.path;
+        c.plan_dir = g_tiny.plans1;
+        c.backend = k ? MEMRA_BACKEND_AUTO : MEMRA_BACKEND_CPU;
+        c.n_slots = NS;
+        c.n_ctx = 64;
+        ck_assert_msg(memra_engine_open(&c, &e[k]) == MEMRA_OK, "%s", memra_last_error());
+    }
+    memra_engine_info in;
+    ck_assert_int_eq(memra_engine_get_info(e[1], &in), MEMRA_OK);
+    ck_assert_str_eq(in.backend, "cuda");
+    const size_t nv = in.n_vocab;
+    float *lg = malloc(2 * NS * STEPS * nv * sizeof *lg);
+    int32_t tok[2][NS][STEPS];
+    ck_assert_ptr_nonnull(lg);
+    memra_sampling smp[NS];
+    for (int i = 0; i < NS; i++) {
+        memra_sampling_init(&smp[i]);
+        if (i >= 2) {
+            smp[i].temperature = 0.8f;
+            smp[i].top_k = 50;
+            smp[i].top_p = 0.9f;
+            smp[i].seed = 77 + (uint64_t)i;
+        }
+    }
+    for (int k = 0; k < 2; k++) {
+        /* k = 0: each session alone on the CPU; k = 1: all four in one step on the GPU */
+        for (int first = 0; first < NS; first += k ? NS : 1) {
+            const int n = k ? NS : 1;
+            memra_session *s[NS];
+            int32_t cur[NS];
+            for (int r = 0; r < n; r++) {
+                ck_assert_int_eq(memra_session_open(e[k], &smp[first + r], &s[r]), MEMRA_OK);
+                cur[r] = (int32_t)(5 + 3 * (first + r));
+            }
+            for (int t = 0; t < STEPS; t++) {
+                memra_row rows[NS];
+                for (int r = 0; r < n; r++)
+                    rows[r] =
+                        (memra_row){.session = s[r],
+                                    .token = cur[r],
+                                    .logits = lg + (((size_t)k * NS + first + r) * STEPS + t) * nv};
+                ck_assert_msg(memra_step(e[k], rows, (size_t)n) == MEMRA_OK, "%s",
+                              memra_last_error());
+                for (int r = 0; r < n; r++) {
+                    const int i = first + r;
+                    ck_assert_int_eq(rows[r].status, MEMRA_OK);
+                    tok[k][i][t] = rows[r].out_token;
+                    /* prompts of 1..4 tokens, then generation */
+                    cur[r] = t + 1 <= i ? (int32_t)(11 + t) : rows[r].out_token;
+                }
+            }
+            for (int r = 0; r < n; r++)
+                memra_session_close(s[r]);
+        }
+    }
+    ck_assert_msg(!memcmp(tok[0], tok[1], sizeof tok[0]), "tokens differ between CPU and GPU");
+    for (int i = 0; i < NS; i++)
+        for (int t = 0; t < STEPS; t++)
+            ck_assert_msg(!memcmp(lg + ((size_t)i * STEPS + t) * nv,
+                                  lg + (((size_t)NS + i) * STEPS + t) * nv, nv * sizeof *lg),
+                          "session %d step %d: GPU batched logits differ from the CPU alone", i, t);
+    free(lg);
+    memra_engine_close(e[0]);
+    memra_engine_close(e[1]);
+}
+END_TEST
+
 Suite *make_backend_gpu_suite(void)
 {
     Suite *s = suite_create("backend_gpu");
@@ -1142,6 +1224,7 @@ Suite *make_backend_gpu_suite(void)
     tcase_add_test(tiny, test_tiny_profile);
     tcase_add_test(tiny, test_bad_input);
     tcase_add_test(tiny, test_launch_error_fails_only_its_tick);
+    tcase_add_test(tiny, test_api_cuda_matches_cpu);
     suite_add_tcase(s, tiny);
 
     TCase *big = tcase_create("model");
