@@ -351,7 +351,7 @@ START_TEST(test_concurrent_equals_alone)
         snprintf(req[i].body, sizeof req[i].body,
                  "{\"prompt\":\"%s\",\"max_tokens\":%d,\"temperature\":0.9,\"top_k\":30,"
                  "\"seed\":%d}",
-                 i % 2 ? "the cat sat on" : "once upon a time there", 6 + i, 100 + i);
+                 i % 2 ? "the cat sat on" : "once upon a time there", 30 + i, 100 + i);
         alone[i] = completion(req[i].body, NULL, NULL);
     }
     pthread_t th[N_PAR];
@@ -359,6 +359,13 @@ START_TEST(test_concurrent_equals_alone)
         ck_assert_int_eq(pthread_create(&th[i], NULL, par_thread, &req[i]), 0);
     for (int i = 0; i < N_PAR; i++)
         pthread_join(th[i], NULL);
+    /* they really shared ticks (else this test would compare serial runs) */
+    resp h = http("GET", "/health", NULL);
+    json_t *hv = json_of(&h);
+    const json_int_t most = json_integer_value(json_object_get(hv, "max_rows_per_tick"));
+    ck_assert_msg(most >= 2, "no tick held two requests: %s", h.body);
+    json_decref(hv);
+    free(h.body);
     for (int i = 0; i < N_PAR; i++) {
         ck_assert_msg(!strcmp(req[i].text, alone[i]), "request %d: '%s' together, '%s' alone", i,
                       req[i].text, alone[i]);

@@ -94,6 +94,7 @@ struct memra_server {
     job **row_job;   /* [n_slots] */
     size_t n_active;
     uint64_t seq; /* request ids, default seeds */
+    uint64_t n_ticks, n_rows, max_rows, n_tokens; /* counters for /health */
 };
 
 /* =================================== jobs and text =================================== */
@@ -229,6 +230,7 @@ static void take_token(memra_server *sv, job *j, int32_t tok, memra_engine *e)
         return;
     }
     j->n_gen++;
+    sv->n_tokens++;
     j->next = tok;
     if (cut_at_stop(j, j->len - n)) {
         j->stopped = 1;
@@ -288,6 +290,10 @@ static void *scheduler(void *arg)
         char why[512];
         snprintf(why, sizeof why, "%s", memra_last_error());
         pthread_mutex_lock(&sv->mu);
+        sv->n_ticks++;
+        sv->n_rows += n;
+        if (n > sv->max_rows)
+            sv->max_rows = n;
         for (size_t i = 0; i < n; i++) {
             job *j = row_job[i];
             if (rows[i].status != MEMRA_OK) {
@@ -961,9 +967,11 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
             return send_error(c, 405, "%s takes GET", url);
         if (url[1] == 'h') {
             pthread_mutex_lock(&sv->mu);
-            json_t *v =
-                json_pack("{s:s, s:I, s:I}", "status", sv->stopping ? "stopping" : "ok", "active",
-                          (json_int_t)sv->n_active, "queued", (json_int_t)sv->n_queued);
+            json_t *v = json_pack(
+                "{s:s, s:I, s:I, s:I, s:I, s:I, s:I}", "status", sv->stopping ? "stopping" : "ok",
+                "active", (json_int_t)sv->n_active, "queued", (json_int_t)sv->n_queued, "ticks",
+                (json_int_t)sv->n_ticks, "rows", (json_int_t)sv->n_rows, "max_rows_per_tick",
+                (json_int_t)sv->max_rows, "tokens_generated", (json_int_t)sv->n_tokens);
             pthread_mutex_unlock(&sv->mu);
             return send_json(c, 200, v);
         }

@@ -8,11 +8,13 @@ streamed and not, seeded sampling, and the errors the client must map to its exc
 MODEL should carry a Qwen3.5 chat template (memra-forge --vocab qwen35). Prints one line per
 check; exits non-zero on the first failure. Test tooling only: memra never runs Python.
 """
+import json
 import re
 import signal
 import subprocess
 import sys
 import threading
+import urllib.request
 
 import openai
 
@@ -103,7 +105,10 @@ def check(c: openai.OpenAI) -> None:
     for t in threads:
         t.join()
     assert together == alone, (together, alone)
-    print("seeded sampling: 4 concurrent requests = each alone")
+    health = json.load(urllib.request.urlopen(str(c.base_url).replace("/v1/", "/health")))
+    assert health["max_rows_per_tick"] >= 2, health
+    print(f"seeded sampling: 4 concurrent requests = each alone "
+          f"(up to {health['max_rows_per_tick']} rows in one tick)")
 
     for kwargs, exc in ((dict(model="gpt-4"), openai.NotFoundError),
                         (dict(model="tiny", n=2), openai.BadRequestError),
