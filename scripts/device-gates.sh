@@ -13,6 +13,9 @@
 #                                    handling, tick times per tier
 #     4. memra-run --backend cuda    a short generation on 0.8b (graph, eager) and on tiny, each
 #                                    checked against the CPU (ids equal)
+#     5. memra-serve --backend cuda  the HTTP server on tiny: concurrent seeded requests and a
+#                                    greedy one give the CPU server's text (tests/py/serve_compare.py,
+#                                    standard library only; needs python3 there)
 # Logs come back in $OUT (when set; else ./out); the NVRTC cubin cache is packed into kcache.tgz, and
 # a .carry/cudabackend/kcache.tgz carried back in is unpacked first, so later runs skip them.
 # Every step has a time limit, so the table always prints; a step killed (or never started)
@@ -29,7 +32,7 @@ if [ "${1:-}" = carry ]; then
   set -e
   build=${BUILD:-build-cudabackend}
   cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-  targets="memra-gpu-backend-tests memra-run memra-plan memra-forge"
+  targets="memra-gpu-backend-tests memra-run memra-plan memra-forge memra-serve"
   cmake --build "$build" -j2 --target $targets
   for t in memra-gpu-tests memra-gpu-ops-tests; do # the op tests, when their areas build
     cmake --build "$build" -j2 --target $t >/dev/null 2>&1 && targets="$t $targets" ||
@@ -43,7 +46,7 @@ if [ "${1:-}" = carry ]; then
   exit 0
 fi
 
-dest=${OUT:-$root/out} # what comes back: gates.log gpu-ops.log run.log kcache.tgz (<= 8 files)
+dest=${OUT:-$root/out} # what comes back: gates.log gpu-ops.log run.log serve.log kcache.tgz (<= 8 files)
 out=/tmp/memra-gates  # every log, while the steps run
 mkdir -p "$dest" "$out"
 bin=$carry/bin
@@ -181,6 +184,21 @@ done
   timeout "$(lim 60)" "$bin/memra-run" --backend cuda -m "$m08" --plans /tmp/plans-0.8b --tokens 1,2,3 -n 256 \
     >"$out/run-0.8b-long.txt" 2>>"$out/run.log" && \
   row "memra-run cuda 0.8b 256 tokens" PASS "" "$(grep -Eo 'median [0-9.]+ ms, p99 [0-9.]+ ms \([0-9.]+ tokens/s' "$out/run.log" | tail -1)"
+
+# 5. the HTTP server on the GPU against the CPU one (tiny, its plans from step 4)
+if [ ! -x "$bin/memra-serve" ]; then
+  row "memra-serve cuda = cpu" "-" "" "not carried"
+elif ! command -v python3 >/dev/null || [ ! -f /tmp/plans-tiny/manifest.json ]; then
+  row "memra-serve cuda = cpu" "-" "" "no python3 or no tiny plans"
+else
+  t0=$(now)
+  given=$(lim 120)
+  timeout "$given" python3 tests/py/serve_compare.py "$bin/memra-serve" /tmp/memra-tiny.gguf \
+    /tmp/plans-tiny >"$out/serve.log" 2>&1
+  rc=$?
+  cp "$out/serve.log" "$dest/" 2>/dev/null
+  row "memra-serve cuda = cpu" "$(verdict $rc 120 "$given")" "$(dt "$t0")" "$(tail -1 "$out/serve.log" | cut -c1-120)"
+fi
 
 tar -czf "$dest/kcache.tgz" -C "$XDG_CACHE_HOME" . 2>/dev/null
 for f in "$out"/run-*.txt "$out/forge.log"; do
