@@ -253,6 +253,7 @@ START_TEST(test_routes_and_errors)
                  "max_tokens");
     expect_error("POST", "/v1/completions", "{\"prompt\":[1,2,320]}", 400, "token id");
     expect_error("POST", "/v1/completions", "{\"prompt\":\"\"}", 400, "no tokens");
+    expect_error("POST", "/v1/completions", "{\"prompt\":[\"a\",\"b\"]}", 400, "one request per");
     expect_error("POST", "/v1/completions", "{\"max_tokens\":3}", 400, "'prompt'");
     expect_error("POST", "/v1/completions",
                  "{\"prompt\":\"hi\",\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}", 400, "stop");

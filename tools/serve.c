@@ -549,6 +549,8 @@ static int parse_prompt(memra_server *sv, json_t *req, job *j, bad *b)
         return tokenize_into(sv, j, json_string_value(p), json_string_length(p), b);
     if (!json_is_array(p) || !json_array_size(p))
         return refuse(b, 400, "'prompt' must be a string or a non-empty array of token ids");
+    if (json_is_string(json_array_get(p, 0)) || json_is_array(json_array_get(p, 0)))
+        return refuse(b, 400, "'prompt' holds several prompts: send one request per prompt");
     j->n_prompt = json_array_size(p);
     if (!(j->prompt = malloc(j->n_prompt * sizeof *j->prompt)))
         return refuse(b, 500, "out of memory");
