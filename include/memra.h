@@ -123,6 +123,16 @@ typedef struct memra_engine_info {
 
 int memra_engine_get_info(const memra_engine *e, memra_engine_info *out);
 
+typedef struct memra_engine_stats {
+    uint64_t ticks; /* ticks run since the engine opened */
+    uint64_t rows;  /* rows those ticks advanced */
+    double
+        last_tick_ms; /* the last tick: device time (CUDA events) on CUDA, wall time on the CPU */
+    double last_host_us; /* CUDA: host time of the last tick outside the wait for the GPU; CPU: 0 */
+} memra_engine_stats;
+
+int memra_engine_get_stats(const memra_engine *e, memra_engine_stats *out);
+
 /* ---- text: the checkpoint's own tokenizer and chat template ---- */
 enum {
     MEMRA_TEXT_ADD_SPECIAL = 1u << 0,   /* tokenize: BOS/EOS where the metadata asks for them */

@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "backend_cpu.h"
 #include "chat.h"
@@ -98,6 +99,8 @@ typedef struct engine_ops {
     int (*step)(void *be, uint32_t n, const uint32_t *ids, const int32_t *tokens, int32_t *out,
                 memra_err *err);
     int (*logits)(void *be, uint32_t row, float *dst, uint32_t n_vocab, memra_err *err);
+    /* the last tick's device and host time where the backend measures them (tick_ms -1: not) */
+    void (*timing)(const void *be, double *tick_ms, double *host_us);
     void (*close)(void *be);
 } engine_ops;
 
@@ -141,8 +144,22 @@ static void cpu_close(void *be)
     memra_cpu_backend_close(be);
 }
 
-static const engine_ops k_cpu_ops = {"cpu",      cpu_admit, cpu_retire, cpu_set_params, cpu_pos,
-                                     cpu_failed, cpu_step,  cpu_logits, cpu_close};
+static void cpu_timing(const void *be, double *tick_ms, double *host_us)
+{
+    (void)be;
+    *tick_ms = -1, *host_us = 0; /* memra_step times a CPU tick itself */
+}
+
+static const engine_ops k_cpu_ops = {.name = "cpu",
+                                     .admit = cpu_admit,
+                                     .retire = cpu_retire,
+                                     .set_params = cpu_set_params,
+                                     .pos = cpu_pos,
+                                     .failed = cpu_failed,
+                                     .step = cpu_step,
+                                     .logits = cpu_logits,
+                                     .timing = cpu_timing,
+                                     .close = cpu_close};
 
 #ifdef MEMRA_API_CUDA
 static int cuda_admit(void *be, const memra_sample_params *p, uint32_t *id, memra_err *err)
@@ -181,9 +198,22 @@ static void cuda_close(void *be)
     memra_cuda_backend_close(be);
 }
 
-static const engine_ops k_cuda_ops = {"cuda",          cuda_admit,  cuda_retire,
-                                      cuda_set_params, cuda_pos,    cuda_failed,
-                                      cuda_step,       cuda_logits, cuda_close};
+static void cuda_timing(const void *be, double *tick_ms, double *host_us)
+{
+    const memra_cuda_info *in = memra_cuda_backend_info(be);
+    *tick_ms = in->last_tick_ms, *host_us = in->last_host_us;
+}
+
+static const engine_ops k_cuda_ops = {.name = "cuda",
+                                      .admit = cuda_admit,
+                                      .retire = cuda_retire,
+                                      .set_params = cuda_set_params,
+                                      .pos = cuda_pos,
+                                      .failed = cuda_failed,
+                                      .step = cuda_step,
+                                      .logits = cuda_logits,
+                                      .timing = cuda_timing,
+                                      .close = cuda_close};
 
 /* A CUDA driver that loads, initializes and reports at least one device. */
 static int cuda_present(void)
@@ -218,6 +248,7 @@ struct memra_engine {
     memra_engine_info info;
     char tmp_plans[512]; /* in-process plans, removed at close; "" when none */
     uint64_t stamp;
+    memra_engine_stats stats;
     memra_session *sessions; /* open sessions (list head) */
     /* one tick's rows, in backend form (max_rows each) */
     uint32_t *t_ids;
@@ -409,6 +440,14 @@ int memra_engine_get_info(const memra_engine *e, memra_engine_info *out)
     if (!e || !out)
         return API_FAIL(MEMRA_ERR_INVALID_ARG, "engine and out are required");
     *out = e->info;
+    return MEMRA_OK;
+}
+
+int memra_engine_get_stats(const memra_engine *e, memra_engine_stats *out)
+{
+    if (!e || !out)
+        return API_FAIL(MEMRA_ERR_INVALID_ARG, "engine and out are required");
+    *out = e->stats;
     return MEMRA_OK;
 }
 
@@ -713,7 +752,20 @@ static int run_tick(memra_engine *e, memra_row *rows, uint32_t n)
 {
     memra_err err;
     memra_err_clear(&err);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     const int rc = e->ops->step(e->be, n, e->t_ids, e->t_tokens, e->t_out, &err);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    if (rc == MEMRA_OK) {
+        double ms, us;
+        e->ops->timing(e->be, &ms, &us);
+        e->stats.ticks++;
+        e->stats.rows += n;
+        e->stats.last_tick_ms = ms >= 0 ? ms
+                                        : (double)(t1.tv_sec - t0.tv_sec) * 1e3 +
+                                              (double)(t1.tv_nsec - t0.tv_nsec) * 1e-6;
+        e->stats.last_host_us = us;
+    }
     int first = rc;
     for (uint32_t r = 0; r < n; r++) {
         memra_row *row = &rows[e->t_row[r]];

@@ -355,6 +355,12 @@ START_TEST(test_batch_isolation)
         differs |= tok_alone[1 * N_STEPS + t] !=
                    memra_ref_argmax(alone + ((size_t)1 * N_STEPS + t) * nv, (int32_t)nv);
     ck_assert_msg(differs, "temperature 0.9 never left the argmax in %d steps", N_STEPS);
+    /* 6 sessions alone: 6 x 12 ticks of one row; together: 12 steps of 6 rows = 12 x (4 + 2) */
+    memra_engine_stats st;
+    ck_assert_int_eq(memra_engine_get_stats(e, &st), MEMRA_OK);
+    ck_assert_uint_eq(st.ticks, N_SEQ * N_STEPS + 2 * N_STEPS);
+    ck_assert_uint_eq(st.rows, 2 * N_SEQ * N_STEPS);
+    ck_assert_msg(st.last_tick_ms > 0, "last tick %g ms", st.last_tick_ms);
     free(alone);
     free(batch);
     memra_engine_close(e);

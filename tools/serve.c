@@ -95,6 +95,7 @@ struct memra_server {
     size_t n_active;
     uint64_t seq; /* request ids, default seeds */
     uint64_t n_ticks, n_rows, max_rows, n_tokens; /* counters for /health */
+    double last_tick_ms;                          /* memra_engine_stats of the last tick */
 };
 
 /* =================================== jobs and text =================================== */
@@ -289,9 +290,12 @@ static void *scheduler(void *arg)
         const int rc = memra_step(sv->e, rows, n);
         char why[512];
         snprintf(why, sizeof why, "%s", memra_last_error());
+        memra_engine_stats st; /* read here: only this thread touches the engine */
+        memra_engine_get_stats(sv->e, &st);
         pthread_mutex_lock(&sv->mu);
         sv->n_ticks++;
         sv->n_rows += n;
+        sv->last_tick_ms = st.last_tick_ms;
         if (n > sv->max_rows)
             sv->max_rows = n;
         for (size_t i = 0; i < n; i++) {
@@ -969,11 +973,12 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
             return send_error(c, 405, "%s takes GET", url);
         if (url[1] == 'h') {
             pthread_mutex_lock(&sv->mu);
-            json_t *v = json_pack(
-                "{s:s, s:I, s:I, s:I, s:I, s:I, s:I}", "status", sv->stopping ? "stopping" : "ok",
-                "active", (json_int_t)sv->n_active, "queued", (json_int_t)sv->n_queued, "ticks",
-                (json_int_t)sv->n_ticks, "rows", (json_int_t)sv->n_rows, "max_rows_per_tick",
-                (json_int_t)sv->max_rows, "tokens_generated", (json_int_t)sv->n_tokens);
+            json_t *v = json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:f}", "status",
+                                  sv->stopping ? "stopping" : "ok", "active",
+                                  (json_int_t)sv->n_active, "queued", (json_int_t)sv->n_queued,
+                                  "ticks", (json_int_t)sv->n_ticks, "rows", (json_int_t)sv->n_rows,
+                                  "max_rows_per_tick", (json_int_t)sv->max_rows, "tokens_generated",
+                                  (json_int_t)sv->n_tokens, "last_tick_ms", sv->last_tick_ms);
             pthread_mutex_unlock(&sv->mu);
             return send_json(c, 200, v);
         }
