@@ -174,7 +174,7 @@ static resp http(const char *method, const char *path, const char *body)
 
 static json_t *json_of(const resp *r)
 {
-    json_t *v = json_loads(r->body, 0, NULL);
+    json_t *v = json_loads(r->body, JSON_ALLOW_NUL, NULL); /* text may hold U+0000 */
     ck_assert_msg(v, "not JSON: %s", r->body);
     return v;
 }
@@ -397,7 +397,7 @@ static char *streamed(const char *body, char *finish, size_t fin_len)
             continue;
         }
         json_error_t je;
-        json_t *v = json_loadb(ev + 6, strcspn(ev + 6, "\n"), 0, &je);
+        json_t *v = json_loadb(ev + 6, strcspn(ev + 6, "\n"), JSON_ALLOW_NUL, &je);
         ck_assert_msg(v, "bad event: %.80s", ev);
         json_t *c = json_array_get(json_object_get(v, "choices"), 0);
         const char *t = json_string_value(json_object_get(c, "text"));
