@@ -69,7 +69,6 @@ static int api_fail(int code, const char *fmt, ...)
     va_end(ap);
     return fail_with(code, &e);
 }
-#define API_FAIL api_fail
 
 const char *memra_last_error(void)
 {
@@ -215,14 +214,14 @@ static const engine_ops k_cuda_ops = {.name = "cuda",
                                       .timing = cuda_timing,
                                       .close = cuda_close};
 
-/* A CUDA driver that loads, initializes and reports at least one device. */
+/* GPU 0 opens (the probe the GPU tests use too). */
 static int cuda_present(void)
 {
-    if (memra_cu_load(NULL) != MEMRA_OK)
+    int sm = 0;
+    if (memra_cu_device_open(0, &sm, NULL) != MEMRA_OK)
         return 0;
-    int n = 0;
-    return memra_cu()->cuInit(0) == CUDA_SUCCESS &&
-           memra_cu()->cuDeviceGetCount(&n) == CUDA_SUCCESS && n > 0;
+    memra_cu_device_close(0);
+    return 1;
 }
 #endif
 
@@ -232,7 +231,6 @@ struct memra_session {
     memra_engine *e;
     uint32_t id;    /* the backend's session id */
     uint64_t stamp; /* the memra_step call that last listed it (duplicate check) */
-    memra_sampling sampling;
     memra_session *prev, *next; /* the engine's open sessions */
 };
 
@@ -363,7 +361,7 @@ int memra_engine_open(const memra_engine_config *c, memra_engine **out)
     memra_err err;
     memra_err_clear(&err);
     if (!out)
-        return API_FAIL(MEMRA_ERR_INVALID_ARG, "out is NULL");
+        return api_fail(MEMRA_ERR_INVALID_ARG, "out is NULL");
     *out = NULL;
     int rc = check_config(c, &err);
     if (rc != MEMRA_OK)
@@ -378,7 +376,7 @@ int memra_engine_open(const memra_engine_config *c, memra_engine **out)
 #endif
     memra_engine *e = calloc(1, sizeof *e);
     if (!e)
-        return API_FAIL(MEMRA_ERR_NOMEM, "engine");
+        return api_fail(MEMRA_ERR_NOMEM, "engine");
     MEMRA_TRY(memra_gguf_open(c->model_path, &e->g, &err));
     if (!c->plan_dir)
         MEMRA_TRY(plan_in_process(e, c, &err));
@@ -438,7 +436,7 @@ void memra_engine_close(memra_engine *e)
 int memra_engine_get_info(const memra_engine *e, memra_engine_info *out)
 {
     if (!e || !out)
-        return API_FAIL(MEMRA_ERR_INVALID_ARG, "engine and out are required");
+        return api_fail(MEMRA_ERR_INVALID_ARG, "engine and out are required");
     *out = e->info;
     return MEMRA_OK;
 }
@@ -446,7 +444,7 @@ int memra_engine_get_info(const memra_engine *e, memra_engine_info *out)
 int memra_engine_get_stats(const memra_engine *e, memra_engine_stats *out)
 {
     if (!e || !out)
-        return API_FAIL(MEMRA_ERR_INVALID_ARG, "engine and out are required");
+        return api_fail(MEMRA_ERR_INVALID_ARG, "engine and out are required");
     *out = e->stats;
     return MEMRA_OK;
 }
@@ -456,7 +454,7 @@ int memra_engine_get_stats(const memra_engine *e, memra_engine_stats *out)
 static int need_tok(const memra_engine *e)
 {
     if (!e)
-        return API_FAIL(MEMRA_ERR_INVALID_ARG, "engine is NULL");
+        return api_fail(MEMRA_ERR_INVALID_ARG, "engine is NULL");
     if (!e->tok)
         return fail_with(MEMRA_ERR_TOKENIZER, &e->tok_err);
     return MEMRA_OK;
@@ -469,9 +467,9 @@ int memra_tokenize(const memra_engine *e, const char *text, size_t len, unsigned
     if (rc != MEMRA_OK)
         return rc;
     if ((!text && len) || !n_ids || (!ids && cap))
-        return API_FAIL(MEMRA_ERR_INVALID_ARG, "text (len %zu), ids (cap %zu), n_ids", len, cap);
+        return api_fail(MEMRA_ERR_INVALID_ARG, "text (len %zu), ids (cap %zu), n_ids", len, cap);
     if (flags & ~(unsigned)(MEMRA_TEXT_ADD_SPECIAL | MEMRA_TEXT_PARSE_SPECIAL))
-        return API_FAIL(MEMRA_ERR_INVALID_ARG, "tokenize flags 0x%x", flags);
+        return api_fail(MEMRA_ERR_INVALID_ARG, "tokenize flags 0x%x", flags);
     const unsigned tf = (flags & MEMRA_TEXT_ADD_SPECIAL ? MEMRA_TOKENIZE_ADD_SPECIAL : 0) |
                         (flags & MEMRA_TEXT_PARSE_SPECIAL ? MEMRA_TOKENIZE_PARSE_SPECIAL : 0);
     memra_token_buf b = {0};
@@ -501,7 +499,7 @@ int memra_detokenize(const memra_engine *e, const int32_t *ids, size_t n, unsign
     if (rc != MEMRA_OK)
         return rc;
     if ((!ids && n) || !text)
-        return API_FAIL(MEMRA_ERR_INVALID_ARG, "ids (n %zu) and text are required", n);
+        return api_fail(MEMRA_ERR_INVALID_ARG, "ids (n %zu) and text are required", n);
     *text = NULL;
     memra_err err;
     memra_err_clear(&err);
@@ -509,7 +507,7 @@ int memra_detokenize(const memra_engine *e, const int32_t *ids, size_t n, unsign
     size_t raw_len = 0;
     for (size_t i = 0; i < n; i++)
         if (ids[i] < 0 || (uint32_t)ids[i] >= e->info.n_vocab)
-            return API_FAIL(MEMRA_ERR_INVALID_ARG, "id %d at %zu is outside the vocabulary (0..%u)",
+            return api_fail(MEMRA_ERR_INVALID_ARG, "id %d at %zu is outside the vocabulary (0..%u)",
                             ids[i], i, e->info.n_vocab - 1);
     rc = memra_tokenizer_decode(e->tok, ids, n, detok_flags(flags), &raw, &raw_len, &err);
     size_t out_len = 0;
@@ -536,11 +534,11 @@ int memra_text_stream_open(const memra_engine *e, unsigned flags, memra_text_str
     if (rc != MEMRA_OK)
         return rc;
     if (!out)
-        return API_FAIL(MEMRA_ERR_INVALID_ARG, "out is NULL");
+        return api_fail(MEMRA_ERR_INVALID_ARG, "out is NULL");
     *out = NULL;
     memra_text_stream *s = calloc(1, sizeof *s);
     if (!s)
-        return API_FAIL(MEMRA_ERR_NOMEM, "text stream");
+        return api_fail(MEMRA_ERR_NOMEM, "text stream");
     memra_err err;
     memra_err_clear(&err);
     rc = memra_detok_open(e->tok, detok_flags(flags), &s->d, &err);
@@ -555,7 +553,7 @@ int memra_text_stream_open(const memra_engine *e, unsigned flags, memra_text_str
 int memra_text_stream_push(memra_text_stream *s, int32_t id, const char **text, size_t *len)
 {
     if (!s || !text || !len)
-        return API_FAIL(MEMRA_ERR_INVALID_ARG, "stream, text and len are required");
+        return api_fail(MEMRA_ERR_INVALID_ARG, "stream, text and len are required");
     memra_err err;
     memra_err_clear(&err);
     return fail_with(memra_detok_push(s->d, id, text, len, &err), &err);
@@ -564,7 +562,7 @@ int memra_text_stream_push(memra_text_stream *s, int32_t id, const char **text, 
 int memra_text_stream_flush(memra_text_stream *s, const char **text, size_t *len)
 {
     if (!s || !text || !len)
-        return API_FAIL(MEMRA_ERR_INVALID_ARG, "stream, text and len are required");
+        return api_fail(MEMRA_ERR_INVALID_ARG, "stream, text and len are required");
     memra_err err;
     memra_err_clear(&err);
     return fail_with(memra_detok_flush(s->d, text, len, &err), &err);
@@ -585,20 +583,20 @@ int memra_chat_apply(const memra_engine *e, const memra_chat_message *msgs, size
     if (rc != MEMRA_OK)
         return rc;
     if ((!msgs && n) || !text)
-        return API_FAIL(MEMRA_ERR_INVALID_ARG, "msgs (n %zu) and text are required", n);
+        return api_fail(MEMRA_ERR_INVALID_ARG, "msgs (n %zu) and text are required", n);
     *text = NULL;
     if (e->chat == MEMRA_CHAT_NONE)
         return fail_with(e->chat_rc, &e->chat_err);
     if (enable_thinking < -1 || enable_thinking > 1)
-        return API_FAIL(MEMRA_ERR_INVALID_ARG, "enable_thinking %d is not -1, 0 or 1",
+        return api_fail(MEMRA_ERR_INVALID_ARG, "enable_thinking %d is not -1, 0 or 1",
                         enable_thinking);
     memra_chat_msg *m = calloc(n ? n : 1, sizeof *m);
     if (!m)
-        return API_FAIL(MEMRA_ERR_NOMEM, "chat messages");
+        return api_fail(MEMRA_ERR_NOMEM, "chat messages");
     for (size_t i = 0; i < n; i++) {
         if (!msgs[i].role) {
             free(m);
-            return API_FAIL(MEMRA_ERR_INVALID_ARG, "message %zu has no role", i);
+            return api_fail(MEMRA_ERR_INVALID_ARG, "message %zu has no role", i);
         }
         m[i] = (memra_chat_msg){msgs[i].role, msgs[i].content, msgs[i].reasoning_content};
     }
@@ -639,21 +637,21 @@ static memra_sample_params to_params(const memra_sampling *s)
 static int check_sampling(const memra_sampling *s)
 {
     if (s && (s->temperature != s->temperature || s->top_p != s->top_p))
-        return API_FAIL(MEMRA_ERR_INVALID_ARG, "sampling temperature / top_p is NaN");
+        return api_fail(MEMRA_ERR_INVALID_ARG, "sampling temperature / top_p is NaN");
     return MEMRA_OK;
 }
 
 int memra_session_open(memra_engine *e, const memra_sampling *sampling, memra_session **out)
 {
     if (!e || !out)
-        return API_FAIL(MEMRA_ERR_INVALID_ARG, "engine and out are required");
+        return api_fail(MEMRA_ERR_INVALID_ARG, "engine and out are required");
     *out = NULL;
     int rc = check_sampling(sampling);
     if (rc != MEMRA_OK)
         return rc;
     memra_session *s = calloc(1, sizeof *s);
     if (!s)
-        return API_FAIL(MEMRA_ERR_NOMEM, "session");
+        return api_fail(MEMRA_ERR_NOMEM, "session");
     const memra_sample_params p = to_params(sampling);
     memra_err err;
     memra_err_clear(&err);
@@ -663,10 +661,6 @@ int memra_session_open(memra_engine *e, const memra_sampling *sampling, memra_se
         return fail_with(rc, &err);
     }
     s->e = e;
-    if (sampling)
-        s->sampling = *sampling;
-    else
-        memra_sampling_init(&s->sampling);
     s->next = e->sessions;
     if (e->sessions)
         e->sessions->prev = s;
@@ -696,7 +690,7 @@ void memra_session_close(memra_session *s)
 int memra_session_set_sampling(memra_session *s, const memra_sampling *sampling)
 {
     if (!s)
-        return API_FAIL(MEMRA_ERR_INVALID_ARG, "session is NULL");
+        return api_fail(MEMRA_ERR_INVALID_ARG, "session is NULL");
     int rc = check_sampling(sampling);
     if (rc != MEMRA_OK)
         return rc;
@@ -704,12 +698,6 @@ int memra_session_set_sampling(memra_session *s, const memra_sampling *sampling)
     memra_err err;
     memra_err_clear(&err);
     rc = s->e->ops->set_params(s->e->be, s->id, &p, &err);
-    if (rc == MEMRA_OK) {
-        if (sampling)
-            s->sampling = *sampling;
-        else
-            memra_sampling_init(&s->sampling);
-    }
     return fail_with(rc, &err);
 }
 
@@ -730,19 +718,19 @@ static int check_row(memra_engine *e, memra_row *r, size_t i)
 {
     memra_session *s = r->session;
     if (!s || s->e != e)
-        return API_FAIL(MEMRA_ERR_INVALID_ARG, "row %zu: %s", i,
+        return api_fail(MEMRA_ERR_INVALID_ARG, "row %zu: %s", i,
                         s ? "the session belongs to another engine" : "no session");
     if (s->stamp == e->stamp)
-        return API_FAIL(MEMRA_ERR_INVALID_ARG, "row %zu: the session is already in this step", i);
+        return api_fail(MEMRA_ERR_INVALID_ARG, "row %zu: the session is already in this step", i);
     s->stamp = e->stamp;
     if (r->token < 0 || (uint32_t)r->token >= e->info.n_vocab)
-        return API_FAIL(MEMRA_ERR_INVALID_ARG,
+        return api_fail(MEMRA_ERR_INVALID_ARG,
                         "row %zu: token %d is outside the vocabulary (0..%u)", i, r->token,
                         e->info.n_vocab - 1);
     if (e->ops->failed(e->be, s->id))
-        return API_FAIL(MEMRA_ERR_CUDA, "row %zu: the session was in a failed tick; close it", i);
+        return api_fail(MEMRA_ERR_CUDA, "row %zu: the session was in a failed tick; close it", i);
     if (e->ops->pos(e->be, s->id) >= e->info.n_ctx)
-        return API_FAIL(MEMRA_ERR_CAPACITY, "row %zu: the session is full (n_ctx = %u)", i,
+        return api_fail(MEMRA_ERR_CAPACITY, "row %zu: the session is full (n_ctx = %u)", i,
                         e->info.n_ctx);
     return MEMRA_OK;
 }
@@ -788,7 +776,7 @@ static int run_tick(memra_engine *e, memra_row *rows, uint32_t n)
 int memra_step(memra_engine *e, memra_row *rows, size_t n)
 {
     if (!e || !rows || n == 0)
-        return API_FAIL(MEMRA_ERR_INVALID_ARG, "engine, rows and n > 0 are required");
+        return api_fail(MEMRA_ERR_INVALID_ARG, "engine, rows and n > 0 are required");
     e->stamp++;
     /* every refusal first, so a refused row never follows a tick that ran */
     char saved[sizeof t_last_error];
@@ -830,17 +818,17 @@ int memra_session_feed(memra_engine *e, memra_session *s, const int32_t *ids, si
                        int32_t *next)
 {
     if (!e || !s || (!ids && n))
-        return API_FAIL(MEMRA_ERR_INVALID_ARG, "engine, session and ids are required");
+        return api_fail(MEMRA_ERR_INVALID_ARG, "engine, session and ids are required");
     if (s->e != e)
-        return API_FAIL(MEMRA_ERR_INVALID_ARG, "the session belongs to another engine");
+        return api_fail(MEMRA_ERR_INVALID_ARG, "the session belongs to another engine");
     const uint32_t pos = e->ops->pos(e->be, s->id);
     if (n > e->info.n_ctx - pos)
-        return API_FAIL(MEMRA_ERR_CAPACITY,
+        return api_fail(MEMRA_ERR_CAPACITY,
                         "%zu tokens do not fit the session (%u of n_ctx %u left)", n,
                         e->info.n_ctx - pos, e->info.n_ctx);
     for (size_t i = 0; i < n; i++)
         if (ids[i] < 0 || (uint32_t)ids[i] >= e->info.n_vocab)
-            return API_FAIL(MEMRA_ERR_INVALID_ARG, "id %d at %zu is outside the vocabulary (0..%u)",
+            return api_fail(MEMRA_ERR_INVALID_ARG, "id %d at %zu is outside the vocabulary (0..%u)",
                             ids[i], i, e->info.n_vocab - 1);
     if (next)
         *next = -1;

@@ -18,6 +18,7 @@
  * ends the request without text.
  */
 #include "serve.h"
+#include "tokenizer.h" /* memra_utf8_valid_prefix */
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -111,24 +112,11 @@ static double mono_s(void)
  * and jansson refuses to encode it). */
 static void utf8_trim(char *s)
 {
-    size_t n = strlen(s), k = n;
-    while (k > 0 && ((unsigned char)s[k - 1] & 0xC0) == 0x80 && n - k < 3)
-        k--;
-    if (k == 0)
-        return;
-    const unsigned char lead = (unsigned char)s[k - 1];
-    const size_t want = lead < 0x80    ? 1
-                        : lead >= 0xF0 ? 4
-                        : lead >= 0xE0 ? 3
-                        : lead >= 0xC0 ? 2
-                                       : 1;
-    if (n - (k - 1) < want)
-        s[k - 1] = '\0';
+    s[memra_utf8_valid_prefix(s, strlen(s))] = '\0';
 }
 
-static void job_release(memra_server *sv, job *j) /* with sv->mu held */
+static void job_release(job *j) /* with sv->mu held */
 {
-    (void)sv;
     if (--j->refs > 0)
         return;
     free(j->prompt);
@@ -214,13 +202,13 @@ static void remove_active(memra_server *sv, size_t i)
 {
     job *j = sv->active[i];
     sv->active[i] = sv->active[--sv->n_active];
-    job_release(sv, j);
+    job_release(j);
 }
 
 /* A sampled token (with sv->mu held): text, stop strings, limits. */
-static void take_token(memra_server *sv, job *j, int32_t tok, memra_engine *e)
+static void take_token(memra_server *sv, job *j, int32_t tok)
 {
-    if (memra_token_is_eog(e, tok)) {
+    if (memra_token_is_eog(sv->e, tok)) {
         job_finish(sv, j, "stop", 200, NULL);
         return;
     }
@@ -266,13 +254,13 @@ static void *scheduler(void *arg)
                 sv->queue_tail = NULL;
             sv->n_queued--;
             if (j->cancelled) {
-                job_release(sv, j);
+                job_release(j);
                 continue;
             }
             if (memra_session_open(sv->e, &j->smp, &j->s) != MEMRA_OK ||
                 memra_text_stream_open(sv->e, 0, &j->ts) != MEMRA_OK) {
                 job_finish(sv, j, NULL, 500, "opening a session: %s", memra_last_error());
-                job_release(sv, j);
+                job_release(j);
                 continue;
             }
             sv->active[sv->n_active++] = j;
@@ -288,8 +276,9 @@ static void *scheduler(void *arg)
             continue;
         pthread_mutex_unlock(&sv->mu);
         const int rc = memra_step(sv->e, rows, n);
-        char why[512];
-        snprintf(why, sizeof why, "%s", memra_last_error());
+        char why[512] = ""; /* the failing tick's cause, before anything else can fail */
+        if (rc != MEMRA_OK)
+            snprintf(why, sizeof why, "%s", memra_last_error());
         memra_engine_stats st; /* read here: only this thread touches the engine */
         memra_engine_get_stats(sv->e, &st);
         pthread_mutex_lock(&sv->mu);
@@ -308,7 +297,7 @@ static void *scheduler(void *arg)
             }
             if (j->fed < j->n_prompt && ++j->fed < j->n_prompt)
                 continue; /* a prompt token that is not the last: its sample is not used */
-            take_token(sv, j, rows[i].out_token, sv->e);
+            take_token(sv, j, rows[i].out_token);
         }
     }
     /* shutdown: everything still here fails with 503 */
@@ -320,7 +309,7 @@ static void *scheduler(void *arg)
         job *j = sv->queue_head;
         sv->queue_head = j->next_job;
         job_finish(sv, j, NULL, 503, "the server is shutting down");
-        job_release(sv, j);
+        job_release(j);
     }
     sv->queue_tail = NULL;
     sv->n_queued = 0;
@@ -807,7 +796,7 @@ static void stream_free(void *cls)
     pthread_mutex_lock(&sc->sv->mu);
     sc->j->cancelled = 1; /* a no-op once done */
     pthread_cond_signal(&sc->sv->work);
-    job_release(sc->sv, sc->j);
+    job_release(sc->j);
     pthread_mutex_unlock(&sc->sv->mu);
     free(sc);
 }
@@ -866,7 +855,7 @@ static enum MHD_Result handle_generate(memra_server *sv, struct MHD_Connection *
     if (!rc && sv->n_queued >= sv->o.max_queue)
         rc = refuse(&b, 503, "%zu requests are already waiting for a slot", sv->n_queued);
     if (rc) {
-        job_release(sv, j);
+        job_release(j);
         pthread_mutex_unlock(&sv->mu);
         return send_error(c, b.status, "%s", b.msg);
     }
@@ -893,7 +882,7 @@ static enum MHD_Result handle_generate(memra_server *sv, struct MHD_Connection *
         if (!r) {
             pthread_mutex_lock(&sv->mu);
             j->cancelled = 1;
-            job_release(sv, j);
+            job_release(j);
             pthread_mutex_unlock(&sv->mu);
             free(sc);
             return MHD_NO;
@@ -919,7 +908,7 @@ static enum MHD_Result handle_generate(memra_server *sv, struct MHD_Connection *
         if (client_gone(c)) { /* nobody to answer: stop generating for it */
             j->cancelled = 1;
             pthread_cond_signal(&sv->work);
-            job_release(sv, j);
+            job_release(j);
             pthread_mutex_unlock(&sv->mu);
             return MHD_NO;
         }
@@ -927,7 +916,7 @@ static enum MHD_Result handle_generate(memra_server *sv, struct MHD_Connection *
     json_t *out =
         j->status == 200 ? completion_json(sv, j) : error_json((unsigned)j->status, j->err);
     const unsigned status = (unsigned)j->status;
-    job_release(sv, j);
+    job_release(j);
     pthread_mutex_unlock(&sv->mu);
     return send_json(c, status, out);
 }
